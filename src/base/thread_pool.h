@@ -1,0 +1,57 @@
+// ThreadPool: a fixed set of worker threads for data-parallel kernels.
+//
+// parallel_for(n, fn) calls fn(begin, end) on disjoint ranges covering [0, n) and returns
+// when all are done. The caller thread takes part. Kernels split work over output rows or
+// columns (M, N), never over the reduction dimension K, so results do not depend on the
+// number of threads (see DESIGN.md "Deterministic numerics").
+//
+// Thread safety: parallel_for may be called from one thread at a time per pool (calls from
+// several threads are serialized by an internal mutex). Nested calls from inside fn run
+// inline on the calling worker.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace strata {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1 total threads including the caller; 0 means hardware_concurrency().
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(begin, end) over [0, n) split into at most num_threads() contiguous ranges of
+  // at least `min_grain` items each.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                    int64_t min_grain = 1);
+
+  // A process-wide default pool (size set by set_default_threads, default: all cores).
+  static ThreadPool& default_pool();
+  static void set_default_threads(int num_threads);
+
+ private:
+  void worker_loop(int index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // serializes parallel_for callers
+  std::mutex mu_;
+  std::condition_variable cv_work_;
+  std::condition_variable cv_done_;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> ranges_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace strata

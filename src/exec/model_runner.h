@@ -1,0 +1,75 @@
+// ModelRunner: the contract between the scheduler/server and a model's forward pass.
+//
+// A runner owns the model weights and, through the state graph's cache manager, every
+// piece of per-sequence inference state. The scheduler decides what runs; the runner only
+// executes. Implementations: LlamaRunner (GQA), DeepseekV41Runner (V4.1).
+//
+// Numerics: a sequence's logits must not depend on which other sequences share the step,
+// nor on how its prompt was chunked (batch-invariant kernels; DESIGN.md).
+//
+// Thread safety: not thread-safe; one engine thread drives a runner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata {
+
+struct SeqId {
+  int64_t value = -1;
+  friend bool operator==(SeqId a, SeqId b) { return a.value == b.value; }
+  friend bool operator<(SeqId a, SeqId b) { return a.value < b.value; }
+};
+
+struct ModelInfo {
+  std::string name;           // served model name (directory basename by default)
+  std::string architecture;   // "llama", "deepseek_v41", "deepseek_v4"
+  int32_t vocab_size = 0;
+  int64_t max_context = 0;    // max positions per sequence
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+};
+
+// One sequence's share of a step: `tokens` are appended at positions
+// [sequence_length(seq), sequence_length(seq) + tokens.size()).
+struct StepItem {
+  SeqId seq;
+  std::span<const int32_t> tokens;
+  bool want_logits = true;  // return the logits of the last token of this item
+};
+
+// Per-kind cache usage, for /metrics and admission.
+struct CacheUsage {
+  std::string kind;     // state kind name, e.g. "kv", "window_kv", "compressed_kv"
+  std::string tier;     // "host" on CPU
+  int64_t used_bytes = 0;
+  int64_t capacity_bytes = 0;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelInfo& info() const = 0;
+
+  // Creates empty state for `seq`. ResourceExhausted if no capacity is left.
+  virtual Status add_sequence(SeqId seq) = 0;
+  // Frees every state kind `seq` holds. Idempotent.
+  virtual void release_sequence(SeqId seq) = 0;
+  virtual int64_t sequence_length(SeqId seq) const = 0;
+  // How many more tokens the runner can take for `seq` (capacity and context permitting).
+  virtual int64_t token_capacity_left(SeqId seq) const = 0;
+
+  // Runs one step over `items` (each seq at most once). On success `logits` holds one row
+  // of vocab_size floats per item with want_logits, in item order. On error no sequence's
+  // state has advanced.
+  virtual Status step(std::span<const StepItem> items, std::vector<float>* logits) = 0;
+
+  virtual std::vector<CacheUsage> cache_usage() const = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+// Safetensors checkpoints: mmap-based, zero-copy tensor views.
+//
+// SafetensorsFile opens one .safetensors file (8-byte LE header length, JSON header,
+// data); SafetensorsCheckpoint opens a directory holding either `model.safetensors` or a
+// sharded set described by `model.safetensors.index.json`.
+//
+// Errors (Status, naming the file and tensor): missing file, truncated file, header length
+// past the end, malformed JSON, unknown dtype, data offsets that overlap, run past the end,
+// or disagree with shape × dtype size; a missing tensor; a shape that disagrees with what
+// the caller expects (`expect_shape`).
+//
+// Lifetime: TensorView points into the mapping; it is valid while the owning file /
+// checkpoint object lives. Objects are movable, not copyable.
+// Thread safety: all const methods are safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/dtype.h"
+
+namespace strata {
+
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // points into the mmap; not owned
+  size_t num_bytes = 0;
+  std::string file;               // path of the file it came from (for error messages)
+
+  int64_t numel() const;
+  // Typed access; CHECKs the dtype matches.
+  const float* f32() const;
+  const uint16_t* u16() const;  // BF16 / F16 raw bits
+};
+
+class SafetensorsFile {
+ public:
+  // Opens and validates the header. `progress`: print a progress line to stderr while
+  // pre-faulting pages of large files (>64 MiB).
+  static StatusOr<std::unique_ptr<SafetensorsFile>> open(const std::string& path,
+                                                         bool progress = false);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafetensorsCheckpoint {
+ public:
+  // `dir` holds model.safetensors or model.safetensors.index.json (+ shards); `dir` may
+  // also be a path to a single .safetensors file.
+  static StatusOr<std::unique_ptr<SafetensorsCheckpoint>> open(const std::string& dir,
+                                                               bool progress = false);
+
+  bool has(const std::string& name) const;
+  // NotFound naming the checkpoint and tensor if absent.
+  StatusOr<TensorView> get(const std::string& name) const;
+  // Like get(), and also checks dtype and shape: FailedPrecondition naming the tensor,
+  // the file, the expected and the actual shape/dtype.
+  StatusOr<TensorView> get(const std::string& name, DType dtype,
+                           const std::vector<int64_t>& expect_shape) const;
+  std::vector<std::string> names() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+};
+
+// Writes tensors to one .safetensors file (used by `strata convert` and test fixtures).
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::span<const uint8_t> bytes;
+};
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace strata

@@ -1,0 +1,32 @@
+// Subcommand registry for the `strata` CLI.
+//
+// Each cmd_<name>.cc defines a setup function that adds a CLI11 subcommand to the app and
+// registers it with STRATA_REGISTER_COMMAND at static-initialization time. main() builds
+// the app from all registered commands in name order.
+//
+// A subcommand callback returns its process exit status through `set_exit_code`.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace strata::tools {
+
+using CommandSetup = std::function<void(CLI::App& app)>;
+
+// Registers `setup` under `name`; returns true (for static initialization).
+bool register_command(const std::string& name, CommandSetup setup);
+
+// Adds every registered subcommand to `app`.
+void setup_all_commands(CLI::App& app);
+
+// The exit status main() returns after the subcommand callback ran (default 0).
+void set_exit_code(int code);
+int exit_code();
+
+}  // namespace strata::tools
+
+#define STRATA_REGISTER_COMMAND(name, fn) \
+  static const bool STRATA_CMD_REG_##fn = ::strata::tools::register_command(name, fn)
