@@ -70,6 +70,23 @@ class ModelRunner {
   virtual Status step(std::span<const StepItem> items, std::vector<float>* logits) = 0;
 
   virtual std::vector<CacheUsage> cache_usage() const = 0;
+
+  // ---- Optional: prefix caching (defaults: the runner has no prefix cache). ----
+  //
+  // Called by the scheduler right after a successful add_sequence(seq), with every token
+  // the sequence is about to be fed (prompt, plus already generated tokens when a preempted
+  // request is recomputed). The runner may fill `seq`'s state from its prefix cache and
+  // returns how many leading tokens of `tokens` are now in state (sequence_length(seq)).
+  // Contract: 0 <= result < tokens.size() (the last token is always computed, because the
+  // scheduler needs its logits), and result is a multiple of prefix_alignment().
+  // On a request's first admission the scheduler counts prefix_cache_queries +=
+  // tokens.size() and prefix_cache_hits += result (re-admissions after preemption are
+  // not counted again).
+  virtual int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
+    return 0;
+  }
+  // Granularity of prefix-cache hits in tokens; 0 when the runner has no prefix cache.
+  virtual int64_t prefix_alignment() const { return 0; }
 };
 
 }  // namespace strata

@@ -8,6 +8,16 @@
 // past the end, malformed JSON, unknown dtype, data offsets that overlap, run past the end,
 // or disagree with shape × dtype size; a missing tensor; a shape that disagrees with what
 // the caller expects (`expect_shape`).
+// Status codes: kNotFound = missing file / directory / shard / tensor (also a tensor listed
+// in the index but absent from its shard); kDataLoss = file shorter than 8 bytes, header
+// length past the end, malformed JSON or index, bad data_offsets (begin > end, overlap, past
+// the end of the data section), byte size != numel x dtype size; kUnimplemented = unknown
+// dtype string; kFailedPrecondition = dtype/shape mismatch in get(name, dtype, shape).
+// Byte-size exception: I8/U8 tensors may also hold ceil(numel/2) bytes (packed FP4 E2M1
+// stored with its logical shape); the usual DeepSeek layout [out, in/2] needs no exception.
+// write_safetensors: kInvalidArgument for duplicate names or bytes that disagree with the
+// shape; kInternal for I/O errors. Writes via `path.tmp` + rename; header padded with
+// spaces to a multiple of 8 bytes (HF layout).
 //
 // Lifetime: TensorView points into the mapping; it is valid while the owning file /
 // checkpoint object lives. Objects are movable, not copyable.

@@ -6,7 +6,10 @@
 //
 // Decoding is streaming: StreamDecoder buffers bytes until they form complete UTF-8, so a
 // multi-byte character split across tokens is emitted once, whole. Invalid UTF-8 that can
-// never complete is emitted as U+FFFD.
+// never complete is emitted as U+FFFD (Unicode maximal-subpart rule, see tokenizer_util.h).
+// Ill-formed UTF-8 given to encode(): the HF tokenizers replace it by U+FFFD first; the
+// llama2.c tokenizer byte-falls-back the raw bytes. Either way decode() yields the
+// U+FFFD-repaired text.
 //
 // Thread safety: a loaded Tokenizer is immutable; encode/decode are safe concurrently.
 #pragma once
@@ -55,6 +58,9 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_dir(const std::string& 
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  // Continues after `prev_id` (e.g. the last prompt token), so context-dependent pieces
+  // (SentencePiece's space after BOS, WordLevel's joining space) decode as in the sequence.
+  StreamDecoder(const Tokenizer& tok, int32_t prev_id) : tok_(tok), prev_id_(prev_id) {}
   // Returns the newly completed UTF-8 text (possibly empty).
   std::string push(int32_t id);
   // Flushes any incomplete trailing bytes (as U+FFFD).

@@ -1,0 +1,380 @@
+// DeepseekV41Model: load, top-level forward, mHC, Engram, MoE. Attention lives in
+// v41_attention.cc. Reference: model.py Transformer / Block / Engram / Gate / Expert / MoE,
+// kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
+#include "exec/deepseek_v41_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "exec/v41_forward_ctx.h"
+#include "model/dtype.h"
+#include "model/tokenizer.h"
+
+namespace strata {
+
+namespace {
+
+float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
+
+// mixes -> pre/post/comb for every token of h [S, hc*D] (Block.hc_mixes).
+void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
+              double norm_eps, double hc_eps, float* pre, float* post, float* comb) {
+  const int64_t nmix = (2 + hc) * hc;
+  std::vector<float> raw(S * nmix);
+  v41::linear_f32(h, S, w.fn, nmix, hcD, raw.data());
+  const float eps = static_cast<float>(norm_eps);
+  for (int64_t i = 0; i < S; ++i) {
+    const float* x = h + i * hcD;
+    std::vector<float> sq(hcD);
+    for (int64_t k = 0; k < hcD; ++k) sq[k] = x[k] * x[k];
+    const float ms = v41::torch_sum(sq.data(), hcD) / static_cast<float>(hcD);
+    const float rs = 1.0f / std::sqrt(ms + eps);
+    float* mix = &raw[i * nmix];
+    for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
+    v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
+                           pre + i * hc, post + i * hc, comb + i * hc * hc);
+  }
+}
+
+// y[s, d] = bf16(sum_c pre[s, c] * h[s, c, d])  (Block.hc_pre)
+void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y) {
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int c = 0; c < hc; ++c) acc += pre[i * hc + c] * h[(i * hc + c) * D + d];
+      y[i * D + d] = round_to_bf16(acc);
+    }
+}
+
+// h[s, j, d] <- bf16(post[j] * f[d] + sum_i comb[i, j] * h[s, i, d])  (Block.hc_post)
+void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
+             float* h) {
+  std::vector<float> res(hc * D);
+  for (int64_t s = 0; s < S; ++s) {
+    float* hs = h + s * hc * D;
+    std::copy_n(hs, hc * D, res.data());
+    const float* cb = comb + s * hc * hc;
+    for (int j = 0; j < hc; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = 0.0f;
+        for (int i = 0; i < hc; ++i) acc += cb[i * hc + j] * res[i * D + d];
+        hs[j * D + d] = round_to_bf16(post[s * hc + j] * f[s * D + d] + acc);
+      }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::string& dir,
+                                                                   const V41LoadOptions& options) {
+  std::unique_ptr<DeepseekV41Model> m(new DeepseekV41Model());
+  STRATA_ASSIGN_OR_RETURN(m->config_, load_deepseek_config(dir));
+  const DeepseekConfig& c = m->config_;
+  if (!c.is_v41()) return failed_precondition("{}: not a DeepSeek-V4.1 config", dir);
+  if (c.hc_mult < 1 || c.hc_mult > 16) return failed_precondition("hc_mult {} unsupported", c.hc_mult);
+  if (c.head_dim % 32 != 0 || c.index_head_dim % 32 != 0 || c.dim % 32 != 0)
+    return failed_precondition("dims must be multiples of 32 (head_dim {}, index_head_dim {}, dim {})",
+                               c.head_dim, c.index_head_dim, c.dim);
+  for (const LayerSchedule& ls : c.layers)
+    if (ls.ratio > 16) return failed_precondition("layer {}: ratio {} unsupported", ls.layer_id, ls.ratio);
+  STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
+
+  if (!c.engram_layer_ids.empty()) {
+    std::vector<int64_t> map = options.engram_token_map;
+    if (map.empty() && !options.engram_token_map_path.empty()) {
+      STRATA_ASSIGN_OR_RETURN(map, load_token_map(options.engram_token_map_path));
+    }
+    if (map.empty()) {
+      auto tok = load_tokenizer_from_dir(dir);
+      if (!tok.ok())
+        return tok.status().with_context(
+            "Engram needs the compressed-token map: no tokenizer in the model directory and none "
+            "injected");
+      int64_t n = 0;
+      STRATA_ASSIGN_OR_RETURN(map, build_compressed_token_map(**tok, &n));
+      if (n != c.engram_compressed_vocab_size)
+        return failed_precondition("Engram token map has {} compressed ids, config says {}", n,
+                                   c.engram_compressed_vocab_size);
+    }
+    if (static_cast<int64_t>(map.size()) < c.vocab_size)
+      return failed_precondition("Engram token map covers {} ids < vocab {}", map.size(), c.vocab_size);
+    EngramHashConfig ec;
+    ec.layer_ids = c.engram_layer_ids;
+    ec.max_ngram_size = c.engram_max_ngram_size;
+    ec.n_heads = c.engram_n_heads;
+    ec.engram_vocab_size = c.engram_vocab_size;
+    ec.compressed_vocab_size = c.engram_compressed_vocab_size;
+    ec.pad_id = c.engram_pad_id;
+    ec.num_embeddings = c.engram_num_embeddings;
+    STRATA_ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::create(ec, std::move(map)));
+    m->engram_hasher_.emplace(std::move(hasher));
+  }
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerSchedule& ls = c.layers[l];
+    m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,
+                          c.rope_factor, c.beta_fast, c.beta_slow);
+  }
+  m->max_context_ = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
+  if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
+  return m;
+}
+
+void DeepseekV41Model::engram(int L, Ctx& c) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41EngramWeights& ew = weights_->layer(L).engram;
+  const int64_t S = c.S, D = config_.dim, hc = config_.hc_mult, ed = config_.engram_head_dim;
+  const int ncols = engram_hasher_->n_cols();
+  const int nl = engram_hasher_->n_layers();
+  const int64_t K = ncols * ed;
+  const int64_t nsc = (ed + 31) / 32;
+  std::vector<float> e(S * K);
+  for (int64_t i = 0; i < S; ++i)
+    for (int col = 0; col < ncols; ++col) {
+      const int64_t row = c.hashes[(i * nl + ls.engram_slot) * ncols + col];
+      STRATA_CHECK(row >= 0 && row < ew.table.shape[0]);
+      const uint8_t* tr = ew.table.data + row * ed;
+      const uint8_t* sr = ew.table_scale.data + row * nsc;
+      for (int64_t k = 0; k < ed; ++k)
+        e[i * K + col * ed + k] = round_to_bf16(v41::e4m3_decode(tr[k]) * ue8m0_to_f32(sr[k / 32]));
+    }
+  const int64_t N = D * (hc + 1);
+  std::vector<float> kv(S * N);
+  v41::linear(e.data(), S, ew.wkv, kv.data());
+  std::vector<float> wgt(hc * D);
+  for (int64_t i = 0; i < hc * D; ++i) wgt[i] = bf16v(ew.q_weight, i) * bf16v(ew.k_weight, i);
+  const float eps = static_cast<float>(config_.norm_eps);
+  const float dscale = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
+  for (int64_t i = 0; i < S; ++i) {
+    const float* value = &kv[i * N + hc * D];
+    for (int64_t ch = 0; ch < hc; ++ch) {
+      float* x = &c.h[(i * hc + ch) * D];
+      const float* key = &kv[i * N + ch * D];
+      const float* wg = &wgt[ch * D];
+      std::vector<float> tx(D), tk(D), td(D);
+      for (int64_t d = 0; d < D; ++d) {
+        tx[d] = x[d] * x[d];
+        tk[d] = key[d] * key[d];
+        td[d] = (x[d] * wg[d]) * key[d];
+      }
+      const float mx = v41::torch_sum(tx.data(), D) / static_cast<float>(D);
+      const float mk = v41::torch_sum(tk.data(), D) / static_cast<float>(D);
+      const float rstd = (1.0f / std::sqrt(mx + eps)) * (1.0f / std::sqrt(mk + eps));
+      float dot = v41::torch_sum(td.data(), D) * rstd;
+      dot = dot * dscale;
+      const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
+      const float sg = std::copysign(mag, dot);
+      const float gate = 1.0f / (1.0f + std::exp(-sg));
+      for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
+    }
+  }
+}
+
+void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t M,
+                              const float* route_w, float* out) const {
+  const int64_t I = w.w1.out;
+  std::vector<float> g(M * I), u(M * I);
+  v41::linear(x, M, w.w1, g.data());
+  v41::linear(x, M, w.w3, u.data());
+  const float lim = static_cast<float>(config_.swiglu_limit);
+  const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t k = 0; k < I; ++k) {
+      float gv = g[r * I + k], uv = u[r * I + k];
+      if (clamp) {
+        uv = std::clamp(uv, -lim, lim);
+        gv = std::min(gv, lim);
+      }
+      float hv = (gv / (1.0f + std::exp(-gv))) * uv;
+      if (route_w) hv = route_w[r] * hv;
+      g[r * I + k] = round_to_bf16(hv);
+    }
+  v41::linear(g.data(), M, w.w2, out);
+}
+
+void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41MoeWeights& mw = weights_->layer(L).ffn;
+  const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
+  const int k = ls.n_activated_experts;
+  std::vector<float> logit(S * E);
+  v41::linear_f32(x, S, mw.gate_weight, E, D, logit.data());
+  const float temp = static_cast<float>(config_.gate_temp);
+  const float* bias = mw.gate_bias.f32();
+  std::vector<std::vector<int32_t>> sel(S);
+  std::vector<std::vector<float>> wts(S);
+  for (int64_t i = 0; i < S; ++i) {
+    std::vector<float> sc(E), biased(E);
+    for (int64_t e = 0; e < E; ++e) {
+      float l = logit[i * E + e];
+      if (temp != 1.0f) l = l / temp;
+      float s;
+      if (config_.score_func == "softmax") {
+        s = l;  // normalised below
+      } else if (config_.score_func == "sigmoid") {
+        s = 1.0f / (1.0f + std::exp(-l));
+      } else {
+        s = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(l)));
+      }
+      sc[e] = s;
+    }
+    if (config_.score_func == "softmax") {
+      float mx = *std::max_element(sc.begin(), sc.end());
+      float sum = 0;
+      for (auto& v : sc) sum += (v = std::exp(v - mx));
+      for (auto& v : sc) v = v / sum;
+    }
+    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
+    std::vector<int32_t> idx = v41::torch_topk(biased.data(), E, k, true);
+    if (const char* dbg = std::getenv("V41_DEBUG_MOE")) {
+      int dl = -1, dp = -1;
+      std::sscanf(dbg, "%d,%d", &dl, &dp);
+      if (dl == L && dp == c.s0 + i) {
+        std::fprintf(stderr, "moe L%d p%lld:", L, (long long)(c.s0 + i));
+        for (int64_t e = 0; e < E; ++e) std::fprintf(stderr, " %.9g(%.9g)", biased[e], logit[i * E + e]);
+        std::fprintf(stderr, "\n");
+      }
+    }
+    std::vector<float> w(k);
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
+    if (config_.norm_topk_prob && k > 1)
+      for (int j = 0; j < k; ++j) w[j] = w[j] / (sum + 1e-20f);
+    const float rs = static_cast<float>(config_.route_scale);
+    for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
+    sel[i] = std::move(idx);
+    wts[i] = std::move(w);
+  }
+  if (c.routes) c.routes->moe[L] = sel;
+
+  std::vector<float> y(S * D, 0.0f);
+  std::vector<float> xs, rw, eo;
+  std::vector<int64_t> toks;
+  for (int64_t e = 0; e < E; ++e) {
+    toks.clear();
+    rw.clear();
+    for (int64_t i = 0; i < S; ++i)
+      for (int j = 0; j < k; ++j)
+        if (sel[i][j] == e) {
+          toks.push_back(i);
+          rw.push_back(wts[i][j]);
+        }
+    if (toks.empty()) continue;
+    const int64_t n = static_cast<int64_t>(toks.size());
+    xs.resize(n * D);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + toks[r] * D, D, &xs[r * D]);
+    eo.resize(n * D);
+    expert(mw.experts[e], xs.data(), n, rw.data(), eo.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < D; ++d) y[toks[r] * D + d] += eo[r * D + d];
+  }
+  eo.resize(S * D);
+  expert(mw.shared, x, S, nullptr, eo.data());
+  for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + eo[i]);
+}
+
+Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t> tokens,
+                                 const V41ForwardOptions& opt, std::vector<float>* logits) const {
+  const DeepseekConfig& cf = config_;
+  const int64_t S = static_cast<int64_t>(tokens.size());
+  if (S == 0) return invalid_argument("forward: no tokens");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cf.vocab_size) return invalid_argument("token id {} out of range [0, {})", t, cf.vocab_size);
+  if (seq->length() + S > max_context_)
+    return out_of_range("sequence of {} tokens exceeds the context of {}", seq->length() + S, max_context_);
+
+  Ctx c;
+  c.seq = seq;
+  c.s0 = seq->length();
+  c.S = S;
+  c.routes = opt.routes;
+  c.decode_step = opt.decode_step && S == 1;
+  c.topk.resize(cf.n_layers);
+  c.candidates.resize(cf.n_layers);
+  if (c.routes) {
+    c.routes->moe.assign(cf.n_layers, {});
+    c.routes->index.assign(cf.index_source_layers.size(), std::vector<std::vector<int32_t>>(S));
+  }
+  const int64_t D = cf.dim;
+  const int hc = cf.hc_mult;
+  auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
+    if (opt.dump) opt.dump(name, data, shape);
+  };
+
+  std::vector<int64_t> raw(tokens.begin(), tokens.end());
+  if (engram_hasher_) {
+    c.hashes.resize(S * engram_hasher_->n_layers() * engram_hasher_->n_cols());
+    engram_hasher_->hash(seq->engram_history(), raw, c.s0, c.hashes.data());
+  }
+
+  // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.
+  c.h.resize(S * hc * D);
+  const uint16_t* emb = weights_->embed().u16();
+  for (int64_t i = 0; i < S; ++i)
+    for (int ch = 0; ch < hc; ++ch)
+      for (int64_t d = 0; d < D; ++d) c.h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
+  if (opt.dump) {
+    std::vector<float> e0(S * D);
+    for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
+    dump("embed", e0.data(), {S, D});
+  }
+  std::vector<float> pre_prev(S * hc, 0.0f);
+  for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
+
+  std::vector<float> preA(S * hc), postA(S * hc), combA(S * hc * hc);
+  std::vector<float> preF(S * hc), postF(S * hc), combF(S * hc * hc);
+  std::vector<float> x(S * D), xn(S * D), f(S * D);
+  for (int L = 0; L < cf.n_layers; ++L) {
+    const LayerSchedule& ls = cf.layers[L];
+    const V41BlockWeights& bw = weights_->layer(L);
+    const std::string ln = fmt::format("layer{:02d}.", L);
+    if (ls.engram_before) {
+      engram(L, c);
+      dump(ln + "engram_out", c.h.data(), {S, hc, D});
+    }
+    // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
+    // FFN's pre (lagged mHC).
+    hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+             preA.data(), postA.data(), combA.data());
+    hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
+    v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
+    attention(L, xn.data(), c, f.data());
+    dump(ln + "attn_out", f.data(), {S, D});
+    hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
+    // FFN sublayer: collapsed with the attention's pre.
+    hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+             preF.data(), postF.data(), combF.data());
+    hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
+    v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
+    moe(L, xn.data(), c, f.data());
+    dump(ln + "ffn_out", f.data(), {S, D});
+    hc_post(f.data(), postF.data(), combF.data(), S, hc, D, c.h.data());
+    dump(ln + "block_out", c.h.data(), {S, hc, D});
+    dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
+    pre_prev = preF;
+  }
+  hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
+  v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
+  dump("final_norm_out", xn.data(), {S, D});
+  const int64_t V = cf.vocab_size;
+  if (opt.all_logits) {
+    logits->resize(S * V);
+    v41::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data());
+  } else {
+    logits->resize(V);
+    v41::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
+  }
+
+  if (engram_hasher_) engram_hasher_->advance_history(&seq->engram_history(), raw);
+  seq->set_length(c.s0 + S);
+  return ok_status();
+}
+
+}  // namespace strata

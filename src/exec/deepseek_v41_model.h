@@ -1,0 +1,118 @@
+// DeepseekV41Model: the DeepSeek-V4.1 text forward pass on CPU, following DeepSeek's reference
+// inference/model.py + engram.py (HF deepseek-ai/DeepSeek-V4.1-Flash rev dba1be0a) with the
+// rounding points of its kernels (Tenstorrent kernel_cpu.py port); spec
+// docs/v41-architecture.md §2.
+//
+// forward(seq, tokens) runs tokens at positions [seq.length(), seq.length() + n): prefill of
+// any length at 0, a later prefill chunk, or one-token decode; chunked prefill computes the
+// same values as one chunk (every op is row-independent with a fixed reduction order, and
+// window / compressor / indexer visibility follows the absolute position only).
+// Per call: Engram hashing -> embedding into hc_mult streams -> for each layer (Engram before
+// its layer, lagged mHC pre, attention with sliding window + CSA2 compressed KV / indexer /
+// candidate blocks / top-k, MoE) -> collapse with the last FFN pre -> norm -> head (fp32).
+//
+// Routes (for golden validation): per call, MoE expert ids per backbone layer per token
+// (gate top-k order) and, per index-source layer, the compressed positions the indexer kept
+// per token (ascending; the indexer's unreachable picks dropped; empty when it did not run).
+//
+// Errors: load() returns the config / checkpoint / Engram errors; forward() InvalidArgument
+// for token ids out of range, OutOfRange past max context.
+// Thread safety: the model is immutable after load and may serve many sequences, one call at
+// a time per sequence.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "exec/v41_ops.h"
+#include "exec/v41_sequence_state.h"
+#include "model/deepseek_config.h"
+#include "model/deepseek_v41_weights.h"
+#include "model/engram_hash.h"
+#include "model/safetensors.h"
+
+namespace strata {
+
+struct V41Routes {
+  // moe[layer][t] expert ids; index[slot][t] kept compressed positions (slot follows
+  // config.index_source_layers order).
+  std::vector<std::vector<std::vector<int32_t>>> moe;
+  std::vector<std::vector<std::vector<int32_t>>> index;
+};
+
+// Debug tap: called with activations named like the golden per-layer dumps ("embed",
+// "layerKK.engram_out", "layerKK.attn_out", "layerKK.ffn_out", "layerKK.block_out",
+// "layerKK.block_out.pre_mix", "final_norm_out"); data is [n_tokens, ...] row-major f32.
+using V41DumpFn = std::function<void(const std::string& name, const float* data,
+                                     const std::vector<int64_t>& shape)>;
+
+struct V41ForwardOptions {
+  bool all_logits = false;      // logits for every token (default: last token only)
+  V41Routes* routes = nullptr;  // filled when non-null
+  V41DumpFn dump;               // optional
+  // True for a one-token generation step. Reproduces the reference decode path exactly:
+  // there an index source scores against `shared_attn.index_k`, which an index-key owner
+  // republishes only in a call where its compressor emits a row. At a decode position where
+  // a ratio-2 owner emits nothing, its indexer (and later ones) read the keys of the last
+  // owner that did emit, possibly in the previous call (e.g. the ratio-1 source), sliced to
+  // (pos+1)/ratio rows (zeros past its end). Prompt chunks (false) always use their own
+  // owner's keys, as the reference whole-prompt prefill does, so chunked == whole prefill.
+  bool decode_step = false;
+};
+
+struct V41LoadOptions {
+  // Engram compressed-token map: a file (safetensors "engram.token_map" or JSON array)
+  // injected instead of building it from the model's tokenizer.json.
+  std::string engram_token_map_path;
+  std::vector<int64_t> engram_token_map;  // takes precedence when non-empty
+  int64_t max_context = 0;                // 0 = config max_position_embeddings
+  bool progress = false;
+};
+
+class DeepseekV41Model {
+ public:
+  // Loads config.json (or inference-config.json), the safetensors checkpoint and the Engram
+  // token map from `dir`.
+  static StatusOr<std::unique_ptr<DeepseekV41Model>> load(const std::string& dir,
+                                                          const V41LoadOptions& options);
+
+  const DeepseekConfig& config() const { return config_; }
+  const DeepseekV41Weights& weights() const { return *weights_; }
+  int64_t max_context() const { return max_context_; }
+
+  std::unique_ptr<V41SequenceState> new_sequence() const {
+    return std::make_unique<V41SequenceState>(config_);
+  }
+
+  // Runs `tokens` for `seq` and advances it. logits: [vocab] (last token) or [n, vocab].
+  Status forward(V41SequenceState* seq, std::span<const int32_t> tokens,
+                 const V41ForwardOptions& options, std::vector<float>* logits) const;
+
+ private:
+  DeepseekV41Model() = default;
+  struct Ctx;  // per-call scratch (defined in the .cc files)
+
+  void engram(int layer, Ctx& c) const;
+  void attention(int layer, const float* x, Ctx& c, float* out) const;
+  void compress(int layer, const float* x, Ctx& c, std::vector<float>* latent,
+                std::vector<int64_t>* latent_rows) const;
+  void indexer(int layer, const float* x, const float* qr, Ctx& c) const;
+  void moe(int layer, const float* x, Ctx& c, float* out) const;
+  void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
+              float* out) const;
+
+  DeepseekConfig config_;
+  std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
+  std::unique_ptr<DeepseekV41Weights> weights_;
+  std::optional<EngramHasher> engram_hasher_;
+  std::vector<v41::RopeTable> rope_;  // per backbone layer
+  int64_t max_context_ = 0;
+};
+
+}  // namespace strata

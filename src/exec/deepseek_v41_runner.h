@@ -1,0 +1,85 @@
+// DeepseekV41Runner: ModelRunner (exec/model_runner.h) over DeepseekV41Model, plus the
+// GoldenTarget adapter `strata validate golden` uses (exec/golden_validator.h).
+//
+// Each sequence owns one V41SequenceState (window rings, compressed KV, index keys,
+// compressor partial state, Engram history). step() runs every item's tokens as one chunk
+// at the sequence's current length (prefill, a later prefill chunk, or decode); items are
+// independent, so a sequence's logits do not depend on its batch neighbours.
+// Errors: add_sequence on a live id -> InvalidArgument; step on an unknown id ->
+// InvalidArgument; forward errors are returned with no state advanced for that item (items
+// before it have advanced; the scheduler treats a failed step as fatal for the batch).
+// Thread safety: not thread-safe (one engine thread drives a runner).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "exec/deepseek_v41_model.h"
+#include "exec/golden_validator.h"
+#include "exec/model_runner.h"
+
+namespace strata {
+
+class DeepseekV41Runner : public ModelRunner {
+ public:
+  static StatusOr<std::unique_ptr<DeepseekV41Runner>> create(const std::string& dir,
+                                                             const V41LoadOptions& options,
+                                                             std::string name = "");
+
+  const ModelInfo& info() const override { return info_; }
+  Status add_sequence(SeqId seq) override;
+  void release_sequence(SeqId seq) override;
+  int64_t sequence_length(SeqId seq) const override;
+  int64_t token_capacity_left(SeqId seq) const override;
+  Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
+  std::vector<CacheUsage> cache_usage() const override;
+
+  const DeepseekV41Model& model() const { return *model_; }
+
+ private:
+  DeepseekV41Runner() = default;
+  std::unique_ptr<DeepseekV41Model> model_;
+  ModelInfo info_;
+  std::map<SeqId, std::unique_ptr<V41SequenceState>> seqs_;
+};
+
+// GoldenTarget over one V4.1 sequence: reset() starts a fresh sequence; forward() returns the
+// call's last logits and the routes (MoE ids per layer per token; indexer selections per
+// index-source layer per token).
+class DeepseekV41GoldenTarget : public GoldenTarget {
+ public:
+  explicit DeepseekV41GoldenTarget(std::unique_ptr<DeepseekV41Model> model)
+      : model_(std::move(model)), seq_(model_->new_sequence()) {}
+  int32_t vocab_size() const override { return static_cast<int32_t>(model_->config().vocab_size); }
+  Status reset() override {
+    seq_ = model_->new_sequence();
+    prompt_len_ = -1;
+    if (!prompt_lengths_.empty()) {
+      prompt_len_ = prompt_lengths_.front();
+      prompt_lengths_.erase(prompt_lengths_.begin());
+    }
+    return ok_status();
+  }
+  // Which calls are generation steps (V41ForwardOptions::decode_step): calls at positions >=
+  // the case's prompt length. The validator does not say, so callers that know the cases'
+  // prompt lengths queue them here in case order (one per reset()); without a hint, a
+  // one-token call at position > 0 is taken as a decode step (right except for a final
+  // one-token prompt chunk).
+  void queue_prompt_lengths(std::vector<int64_t> lengths) { prompt_lengths_ = std::move(lengths); }
+  StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override;
+  const DeepseekV41Model& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<DeepseekV41Model> model_;
+  std::unique_ptr<V41SequenceState> seq_;
+  std::vector<int64_t> prompt_lengths_;
+  int64_t prompt_len_ = -1;
+};
+
+// Factory for `strata validate golden` (register with register_golden_target_factory from
+// the composition root): loads the V4.1 model in `dir`.
+StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
+                                                                        int threads);
+
+}  // namespace strata

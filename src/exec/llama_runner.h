@@ -1,0 +1,60 @@
+// LlamaRunner: the ModelRunner for Llama/GQA models (LlamaForCausalLM).
+//
+// Forward pass per token (Touvron et al. 2023; same math as llama2.c run.c and HF
+// modeling_llama.py): x = embed[tok]; per layer: h = x + Wo·attn(rope(Wq·n), rope(Wk·n),
+// Wv·n) with n = rmsnorm(x); x = h + Wdown·(silu(Wgate·m) ⊙ Wup·m) with m = rmsnorm(h);
+// logits = lm_head·rmsnorm(x). RoPE pairing per config (rope_interleaved).
+//
+// A step stacks every token of every item into one [M, d] batch for the matmuls; RoPE, KV
+// writes and attention are per token (each token attends to its own sequence's positions
+// 0..pos). All kernels are batch- and thread-count-invariant, so a token's logits are
+// bit-identical whether it is decoded alone, in a batch or inside a prefill chunk.
+// KV lives in a PagedKvCache (exec/paged_kv_cache.h) with a token capacity limit.
+//
+// Errors: step() validates everything (unknown/duplicate sequence, empty item, token id out
+// of range, context or KV capacity exceeded) before touching any state; on error no
+// sequence advances. Thread safety: not thread-safe (model_runner.h).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "exec/model_runner.h"
+#include "exec/paged_kv_cache.h"
+#include "exec/runner_factory.h"
+#include "model/llama_model.h"
+
+namespace strata {
+
+class LlamaRunner : public ModelRunner {
+ public:
+  static StatusOr<std::unique_ptr<LlamaRunner>> create(const std::string& dir,
+                                                       const RunnerOptions& options);
+  LlamaRunner(std::unique_ptr<LlamaModel> model, const RunnerOptions& options);
+
+  const ModelInfo& info() const override { return info_; }
+  Status add_sequence(SeqId seq) override;
+  void release_sequence(SeqId seq) override;
+  int64_t sequence_length(SeqId seq) const override;
+  int64_t token_capacity_left(SeqId seq) const override;
+  Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
+  std::vector<CacheUsage> cache_usage() const override;
+
+  const LlamaModel& model() const { return *model_; }
+  ThreadPool& pool() { return *pool_; }
+  // Bytes of weights + KV read by one decode step of a sequence of length `len`.
+  int64_t decode_bytes_read(int64_t len) const;
+
+ private:
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  PagedKvCache kv_;
+  ModelInfo info_;
+  // Step scratch (grown on demand).
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_;
+};
+
+}  // namespace strata

@@ -1,0 +1,67 @@
+#include "exec/runner_factory.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/llama_runner.h"
+
+namespace strata {
+
+StatusOr<std::string> model_architecture(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("{}: cannot open config.json (is --model a model directory?)", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument("{}: malformed JSON", path);
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
+                                         (*it)[0].is_string())
+    return (*it)[0].get<std::string>();
+  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) return it->get<std::string>();
+  return invalid_argument("{}: neither 'architectures' nor 'model_type' is given", path);
+}
+
+StatusOr<std::string> default_model_dir() {
+  namespace fs = std::filesystem;
+  const fs::path rel = fs::path("models") / "stories260K";
+  std::vector<fs::path> tried;
+  auto ok = [&](const fs::path& root) {
+    std::error_code ec;
+    tried.push_back(root / rel);
+    return fs::exists(root / rel / "config.json", ec);
+  };
+  if (const char* env = std::getenv("STRATA_SOURCE_DIR"); env != nullptr && *env != 0) {
+    if (ok(env)) return (fs::path(env) / rel).string();
+  }
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path dir = exe.parent_path();
+    for (int i = 0; i < 6 && !dir.empty(); ++i, dir = dir.parent_path()) {
+      if (ok(dir)) return (dir / rel).string();
+      if (dir == dir.root_path()) break;
+    }
+  }
+  if (ok(fs::current_path(ec))) return (fs::current_path(ec) / rel).string();
+  std::string list;
+  for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t.string();
+  return not_found("default model not found (tried {}); pass --model DIR", list);
+}
+
+StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
+                                                         const RunnerOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(std::string arch, model_architecture(dir));
+  if (arch == "LlamaForCausalLM" || arch == "llama") {
+    STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
+    return std::unique_ptr<ModelRunner>(std::move(r));
+  }
+  return unimplemented("{}: architecture '{}' is not supported", dir, arch);
+}
+
+}  // namespace strata

@@ -1,0 +1,39 @@
+// make_model_runner: builds the ModelRunner for a model directory, dispatching on
+// config.json's "architectures" (or "model_type").
+//
+// Known today: LlamaForCausalLM / "llama" -> LlamaRunner. Other architectures (V4.1) add a
+// branch in runner_factory.cc. Errors: NotFound (no config.json), InvalidArgument (bad
+// JSON), Unimplemented (unknown architecture), or the runner's own load errors.
+// Thread safety: free function; the runner it returns is single-threaded (model_runner.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "exec/model_runner.h"
+
+namespace strata {
+
+class ThreadPool;
+
+struct RunnerOptions {
+  int threads = 0;             // compute threads (0: all cores)
+  int64_t kv_cache_tokens = 0; // KV capacity in tokens over all sequences (0: 4 × context)
+  bool progress = false;       // print loading progress for large files
+  std::string name;            // served model name (default: directory basename)
+};
+
+// The architecture string of a model directory ("LlamaForCausalLM", ...).
+StatusOr<std::string> model_architecture(const std::string& dir);
+
+// The embedded default model directory (models/stories260K): looked up under
+// $STRATA_SOURCE_DIR, then walking up from the executable's directory, then the current
+// directory. NotFound listing the places tried.
+StatusOr<std::string> default_model_dir();
+
+StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
+                                                         const RunnerOptions& options);
+
+}  // namespace strata

@@ -1,0 +1,348 @@
+// DeepseekV41Model attention sublayer: sliding window + CSA2 compressed KV (Full / Reindex /
+// Reuse roles), compressor with resumable partial state, indexer with FP4 keys and two-level
+// candidate blocks, attention sink, RoPE/YaRN with output de-rotation, grouped low-rank
+// output projection. Reference: model.py Attention / Compressor / Indexer /
+// select_candidate_blocks / get_window_topk_idxs; kernel_cpu.py sparse_attn; spec §2.3, §2.6.
+//
+// Generalisation to a chunk [s0, s0+S) (the reference only has prefill at 0 and decode):
+//   * window: query p sees positions max(0, p-W+1)..p, read from this call's fresh KV for
+//     positions >= s0 and from the ring for earlier ones; the ring is written after the
+//     call's attention (a chunk must not overwrite rows its own earlier queries still read).
+//     List layout (matters only for the kernel's 64-entry softmax blocks): s0 == 0 uses the
+//     reference prefill layout (min(S, W) entries, unreachable ones trailing), s0 > 0 the
+//     decode layout (W entries, unreachable ones leading).
+//   * compressor: tokens enter their group slot p mod m one by one; a group is pooled when
+//     its last token (p+1) mod m == 0 arrives, whichever call that is.
+//   * indexer: scores rows 0..(s0+S)/m-1, masks rows >= (p+1)/m per query (exactly the
+//     reference prefill mask; for decode the same number), k = min(index_topk, (s0+S)/m).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/check.h"
+#include "exec/v41_forward_ctx.h"
+#include "model/dtype.h"
+
+namespace strata {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+// Top-k of `score` with torch's CPU tie order, returned ascending by index.
+std::vector<int32_t> topk_ascending(const float* score, int64_t n, int64_t k, bool sorted) {
+  std::vector<int32_t> idx = v41::torch_topk(score, n, k, sorted);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+}  // namespace
+
+void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float>* latent,
+                                std::vector<int64_t>* latent_rows) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41CompressorWeights& cw = weights_->layer(L).attn.compressor;
+  const int64_t S = c.S, hd = config_.head_dim, D = config_.dim;
+  const int m = ls.ratio;
+  latent->clear();
+  latent_rows->clear();
+  if (m == 1) {
+    // Plain projection in bf16, one row per token, no state.
+    std::vector<float> t(S * hd);
+    v41::linear(x, S, cw.wkv, t.data());
+    latent->resize(S * hd);
+    v41::rms_norm(t.data(), S, hd, &cw.norm, config_.norm_eps, latent->data());
+    for (int64_t i = 0; i < S; ++i) latent_rows->push_back(c.s0 + i);
+    return;
+  }
+  // ratio > 1: fp32 projections (weights promoted to fp32), channel-wise softmax pooling.
+  std::vector<float> a(S * hd), z(S * hd);
+  v41::linear_f32(x, S, cw.wkv.weight, hd, D, a.data());
+  v41::linear_f32(x, S, cw.wgate.weight, hd, D, z.data());
+  std::vector<float> pooled(hd), normed(hd);
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = c.s0 + i;
+    const int slot = static_cast<int>(p % m);
+    std::copy_n(&a[i * hd], hd, c.seq->comp_kv_slot(L, slot));
+    std::copy_n(&z[i * hd], hd, c.seq->comp_score_slot(L, slot));
+    if ((p + 1) % m != 0) continue;
+    for (int64_t j = 0; j < hd; ++j) {
+      float mx = kNegInf;
+      for (int r = 0; r < m; ++r) mx = std::max(mx, c.seq->comp_score_slot(L, r)[j]);
+      float e[16];
+      float sum = 0.0f;
+      for (int r = 0; r < m; ++r) {
+        e[r] = std::exp(c.seq->comp_score_slot(L, r)[j] - mx);
+        sum += e[r];
+      }
+      float v = 0.0f;
+      for (int r = 0; r < m; ++r) v += c.seq->comp_kv_slot(L, r)[j] * (e[r] / sum);
+      pooled[j] = round_to_bf16(v);
+    }
+    v41::rms_norm(pooled.data(), 1, hd, &cw.norm, config_.norm_eps, normed.data());
+    latent->insert(latent->end(), normed.begin(), normed.end());
+    latent_rows->push_back(p / m);
+  }
+}
+
+void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41IndexerWeights& iw = weights_->layer(L).attn.indexer;
+  const int64_t S = c.S, m = ls.ratio;
+  const int64_t ih = config_.index_n_heads, id = config_.index_head_dim;
+  const int64_t clen = (c.s0 + S) / m;
+  Ctx::TopK& out = c.topk[L];
+  out.rows.assign(S, {});
+  out.width = 0;
+  if (clen == 0) return;  // the reference skips the indexer: empty selection
+
+  const v41::RopeTable& rope = rope_[L];
+  const int rd = config_.rope_head_dim;
+  std::vector<float> q(S * ih * id);
+  v41::linear(qr, S, iw.wq_b, q.data());
+  for (int64_t i = 0; i < S; ++i) {
+    for (int64_t h = 0; h < ih; ++h) rope.apply(&q[(i * ih + h) * id + id - rd], c.s0 + i, false);
+    v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
+  }
+  std::vector<float> w(S * ih);
+  v41::linear(x, S, iw.weights_proj, w.data());
+  const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
+                                          std::pow(static_cast<double>(ih), -0.5));
+  for (auto& v : w) v = round_to_bf16(v * wscale);
+
+  int kowner = ls.index_key_owner;
+  if (c.decode_step && c.seq->published_index_owner() >= 0) kowner = c.seq->published_index_owner();
+  if (const char* fo = std::getenv("V41_FORCE_KOWNER")) {
+    int fl = -1, fp = -1, fk = -1;
+    std::sscanf(fo, "%d,%d,%d", &fl, &fp, &fk);
+    if (fl == L && fp == c.s0) kowner = fk;
+  }
+  const int64_t krows = c.seq->index_key_rows(kowner);
+  STRATA_CHECK_MSG(kowner != ls.index_key_owner || krows >= clen, "layer {}: {} index keys < {}", L,
+                   krows, clen);
+  const std::vector<float> zero_key(id, 0.0f);
+  const bool cand_src = ls.is_candidate_source;
+  const bool use_cand = ls.uses_candidates;
+  if (cand_src) c.candidates[L].assign(S * clen, 0);
+  const std::vector<uint8_t>* cand = use_cand ? &c.candidates[ls.candidate_owner] : nullptr;
+  if (cand) STRATA_CHECK(static_cast<int64_t>(cand->size()) == S * clen);
+
+  const int64_t k = std::min<int64_t>(config_.index_topk, clen);
+  out.width = k;
+  std::vector<float> score(clen);
+  const int64_t bs = config_.candidate_block_size;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = c.s0 + i;
+    const int64_t vis = (p + 1) / m;
+    for (int64_t g = 0; g < clen; ++g) {
+      if (g >= vis) {
+        score[g] = kNegInf;
+        continue;
+      }
+      const float* kr = g < krows ? c.seq->index_key_row(kowner, g) : zero_key.data();
+      float acc = 0.0f;
+      for (int64_t h = 0; h < ih; ++h) {
+        const float* qh = &q[(i * ih + h) * id];
+        double d = 0.0;
+        for (int64_t j = 0; j < id; ++j) d += static_cast<double>(qh[j]) * kr[j];
+        float dv = round_to_bf16(static_cast<float>(d));
+        dv = std::max(dv, 0.0f);
+        acc += round_to_bf16(dv * w[i * ih + h]);
+      }
+      score[g] = round_to_bf16(acc);
+    }
+    if (cand_src) {
+      // Level one: block score = max over the block; the block holding the newest visible
+      // position is pinned; keep the top blocks that are not -inf.
+      const int64_t nblk = (clen + bs - 1) / bs;
+      std::vector<float> bscore(nblk, kNegInf);
+      for (int64_t g = 0; g < clen; ++g) bscore[g / bs] = std::max(bscore[g / bs], score[g]);
+      const int64_t last = vis > 0 ? (vis - 1) / bs : -1;
+      if (last >= 0 && last < nblk) bscore[last] = kPosInf;
+      std::vector<int32_t> top = topk_ascending(
+          bscore.data(), nblk, std::min<int64_t>(config_.candidate_topk_blocks, nblk), true);
+      uint8_t* cm = &c.candidates[L][i * clen];
+      for (int32_t b : top) {
+        if (!(bscore[b] > kNegInf)) continue;
+        for (int64_t g = b * bs; g < std::min(clen, (b + 1) * bs); ++g) cm[g] = 1;
+      }
+    } else if (cand) {
+      const uint8_t* cm = &(*cand)[i * clen];
+      for (int64_t g = 0; g < clen; ++g)
+        if (!cm[g]) score[g] = kNegInf;
+    }
+    if (const char* dbg = std::getenv("V41_DEBUG_IDX")) {
+      int dl = -1, dt = -1;
+      std::sscanf(dbg, "%d,%d", &dl, &dt);
+      if (dl == L && dt == p) {
+        std::fprintf(stderr, "idx L%d p%lld s0=%lld:", L, (long long)p, (long long)c.s0);
+        for (int64_t g = 0; g < clen; ++g) std::fprintf(stderr, " %g", score[g]);
+        std::fprintf(stderr, "\n");
+      }
+    }
+    std::vector<int32_t> sel = topk_ascending(score.data(), clen, k, false);
+    std::vector<int32_t>& row = out.rows[i];
+    for (int32_t g : sel)
+      if (g < vis) row.push_back(g);
+  }
+  if (c.routes) {
+    const auto& isl = config_.index_source_layers;
+    const int slot = static_cast<int>(std::find(isl.begin(), isl.end(), L) - isl.begin());
+    c.routes->index[slot] = out.rows;
+  }
+}
+
+void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41AttentionWeights& aw = weights_->layer(L).attn;
+  const int64_t S = c.S, s0 = c.s0, D = config_.dim, H = config_.n_heads, hd = config_.head_dim;
+  const int64_t ql = config_.q_lora_rank, W = config_.window_size;
+  const int rd = config_.rope_head_dim;
+  const v41::RopeTable& rope = rope_[L];
+
+  std::vector<float> t(S * std::max(ql, hd));
+  std::vector<float> qr(S * ql);
+  v41::linear(x, S, aw.wq_a, t.data());
+  v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
+  std::vector<float> q(S * H * hd);
+  v41::linear(qr.data(), S, aw.wq_b, q.data());
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+
+  std::vector<float> kv(S * hd);
+  v41::linear(x, S, aw.wkv, t.data());
+  v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
+  for (int64_t i = 0; i < S; ++i) {
+    rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
+    v41::qdq_fp8(&kv[i * hd], hd, config_.kv_fp8_block());
+  }
+
+  // Compressed part: compressor (kv sources), index keys, latent RoPE + FP4 QDQ, indexer.
+  const Ctx::TopK* topk = nullptr;
+  int64_t clen = 0;
+  if (ls.ratio > 0) {
+    const int64_t m = ls.ratio;
+    clen = (s0 + S) / m;
+    if (ls.has_compressor) {
+      std::vector<float> latent;
+      std::vector<int64_t> rows;
+      compress(L, x, c, &latent, &rows);
+      const int64_t n = static_cast<int64_t>(rows.size());
+      if (n > 0 && ls.owns_index_keys) {
+        const V41IndexerWeights& iw = aw.indexer;
+        const int64_t id = config_.index_head_dim;
+        std::vector<float> kt(n * id), kk(n * id);
+        v41::linear(latent.data(), n, iw.wk, kt.data());
+        v41::rms_norm(kt.data(), n, id, &iw.k_norm, config_.norm_eps, kk.data());
+        for (int64_t r = 0; r < n; ++r) {
+          rope.apply(&kk[r * id + id - rd], rows[r] * m, false);
+          v41::qdq_fp4_e8m0(&kk[r * id], id, 32);
+          STRATA_CHECK(c.seq->index_key_rows(L) == rows[r]);
+          c.seq->append_index_key(L, &kk[r * id]);
+        }
+        c.seq->set_published_index_owner(L);
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        float* lr = &latent[r * hd];
+        rope.apply(lr + hd - rd, rows[r] * m, false);
+        v41::qdq_fp4_e4m3(lr, hd, 16);
+        STRATA_CHECK(c.seq->compressed_rows(L) == rows[r]);
+        c.seq->append_compressed(L, lr);
+      }
+    }
+    if (ls.has_indexer) indexer(L, x, qr.data(), c);
+    STRATA_CHECK_MSG(ls.topk_owner >= 0, "layer {} has no top-k owner", L);
+    topk = &c.topk[ls.topk_owner];
+    STRATA_CHECK(c.seq->compressed_rows(ls.kv_owner) >= clen);
+  }
+
+  // Sparse attention per query and head.
+  const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
+  const float* sink = aw.attn_sink.f32();
+  std::vector<float> o(S * H * hd);
+  std::vector<const float*> rows;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = s0 + i;
+    rows.clear();
+    auto window_ptr = [&](int64_t pos) -> const float* {
+      return pos >= s0 ? &kv[(pos - s0) * hd] : c.seq->window_row(L, pos);
+    };
+    if (s0 == 0) {
+      const int64_t width = std::min(S, W);
+      const int64_t first = std::max<int64_t>(p - W + 1, 0);
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t pos = first + j;
+        rows.push_back(pos <= p ? window_ptr(pos) : nullptr);
+      }
+    } else {
+      for (int64_t j = 0; j < W; ++j) {
+        const int64_t pos = p - W + 1 + j;
+        rows.push_back(pos >= 0 ? window_ptr(pos) : nullptr);
+      }
+    }
+    if (topk) {
+      const auto& sel = topk->rows[i];
+      for (int32_t g : sel) rows.push_back(c.seq->compressed_row(ls.kv_owner, g));
+      for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
+    }
+    if (const char* dbg = std::getenv("V41_DEBUG_ATT")) {
+      int dl = -1, dp = -1;
+      std::sscanf(dbg, "%d,%d", &dl, &dp);
+      if (dl == L && dp == p) {
+        std::fprintf(stderr, "att L%d p%lld s0=%lld n=%zu:", L, (long long)p, (long long)s0, rows.size());
+        for (const float* r : rows) {
+          double cs = 0;
+          if (r) for (int64_t k = 0; k < hd; ++k) cs += r[k] * (k + 1);
+          std::fprintf(stderr, " %.6g", r ? cs : -1.0);
+        }
+        double qs = 0;
+        for (int64_t k = 0; k < H * hd; ++k) qs += q[i * H * hd + k] * (k % 7 + 1);
+        std::fprintf(stderr, " | q %.9g\n", qs);
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* oh = &o[(i * H + h) * hd];
+      v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()), hd,
+                            sink[h], scale, oh);
+      rope.apply(oh + hd - rd, p, true);
+    }
+  }
+
+  // Seed the ring with this call's rows (after attention, see the file comment).
+  for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
+    std::copy_n(&kv[i * hd], hd, c.seq->window_row(L, s0 + i));
+
+  // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum; wo_a dequantized exactly),
+  // then wo_b (FP8 GEMM).
+  const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
+  std::vector<float> u(S * G * R);
+  const V41Linear& woa = aw.wo_a;
+  std::vector<float> wrow(Dg);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t n = g * R + r;
+      if (woa.kind == V41WeightKind::kFp8) {
+        const int64_t scols = (Dg + woa.block - 1) / woa.block;
+        const uint8_t* wr = woa.weight.data + n * Dg;
+        const uint8_t* sr = woa.scale.data + (n / woa.block) * scols;
+        for (int64_t k = 0; k < Dg; ++k)
+          wrow[k] = round_to_bf16(v41::e4m3_decode(wr[k]) * ue8m0_to_f32(sr[k / woa.block]));
+      } else {
+        const uint16_t* wr = woa.weight.u16() + n * Dg;
+        for (int64_t k = 0; k < Dg; ++k) wrow[k] = bf16_to_f32(wr[k]);
+      }
+      for (int64_t i = 0; i < S; ++i) {
+        const float* og = &o[i * H * hd + g * Dg];
+        double acc = 0.0;
+        for (int64_t k = 0; k < Dg; ++k) acc += static_cast<double>(og[k]) * wrow[k];
+        u[i * G * R + n] = round_to_bf16(static_cast<float>(acc));
+      }
+    }
+  }
+  v41::linear(u.data(), S, aw.wo_b, out);
+  (void)D;
+}
+
+}  // namespace strata

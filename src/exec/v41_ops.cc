@@ -1,0 +1,507 @@
+// V4.1 primitives; see v41_ops.h for the contract and sources.
+#include "exec/v41_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <limits>
+
+#include "base/check.h"
+#include "kernels/matmul.h"
+#include "model/dtype.h"
+
+namespace strata::v41 {
+
+namespace {
+
+struct Luts {
+  float e4m3[256];
+  float e8m0[256];
+  float e2m1[16];
+  Luts() {
+    for (int b = 0; b < 256; ++b) {
+      e4m3[b] = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+      e8m0[b] = ue8m0_to_f32(static_cast<uint8_t>(b));
+    }
+    for (int n = 0; n < 16; ++n) e2m1[n] = fp4_e2m1_to_f32(static_cast<uint8_t>(n));
+  }
+};
+const Luts& luts() {
+  static const Luts l;
+  return l;
+}
+
+float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t bits_from_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp4Max = 6.0f;
+// The kernels multiply by the reciprocal held as an fp32 constant.
+const float kFp8MaxInv = static_cast<float>(1.0 / 448.0);
+const float kFp4MaxInv = static_cast<float>(1.0 / 6.0);
+
+float bf16_at(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
+
+}  // namespace
+
+float e4m3_decode(uint8_t b) { return luts().e4m3[b]; }
+float e2m1_decode(uint8_t nibble) { return luts().e2m1[nibble & 15]; }
+
+float pow2_ceil(float x) {
+  uint32_t bits = bits_from_f32(x);
+  int32_t e = static_cast<int32_t>((bits >> 23) & 0xFF);
+  uint32_t man = bits & ((1u << 23) - 1);
+  int32_t log2_ceil = e - 127 + (man != 0 ? 1 : 0);
+  return f32_from_bits(static_cast<uint32_t>(log2_ceil + 127) << 23);
+}
+
+float round_e4m3(float x) {
+  if (std::isnan(x)) return x;
+  x = std::clamp(x, -kFp8Max, kFp8Max);
+  float a = std::fabs(x);
+  if (a == 0.0f) return x;
+  float quantum;
+  if (a < 0.015625f) {  // below 2^-6: subnormal spacing 2^-9
+    quantum = 0.001953125f;
+  } else {
+    int ex;
+    std::frexp(a, &ex);  // a = m * 2^ex, m in [0.5, 1)
+    quantum = std::ldexp(1.0f, ex - 1 - 3);
+  }
+  float r = std::nearbyint(x / quantum) * quantum;
+  return std::clamp(r, -kFp8Max, kFp8Max);
+}
+
+float round_e2m1(float x) {
+  static const float kMids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  static const bool kTieUp[7] = {false, true, false, true, false, true, false};
+  static const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float mag = std::fabs(x);
+  int code = 0;
+  for (int i = 0; i < 7; ++i) code += (mag > kMids[i]) ? 1 : ((mag == kMids[i] && kTieUp[i]) ? 1 : 0);
+  return std::signbit(x) ? -kGrid[code] : kGrid[code];
+}
+
+void act_quant_row(const float* x, int64_t K, int block, float* q, float* scales) {
+  STRATA_CHECK(K % block == 0);
+  for (int64_t b = 0; b < K / block; ++b) {
+    const float* xb = x + b * block;
+    float amax = 0.0f;
+    for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    amax = std::max(amax, 1e-4f);
+    float s = pow2_ceil(amax * kFp8MaxInv);
+    scales[b] = s;
+    for (int i = 0; i < block; ++i) q[b * block + i] = round_e4m3(std::clamp(xb[i] / s, -kFp8Max, kFp8Max));
+  }
+}
+
+void qdq_fp8(float* x, int64_t n, int block) {
+  STRATA_CHECK(n % block == 0);
+  std::vector<float> q(block);
+  for (int64_t b = 0; b < n / block; ++b) {
+    float s;
+    act_quant_row(x + b * block, block, block, q.data(), &s);
+    for (int i = 0; i < block; ++i) x[b * block + i] = round_to_bf16(q[i] * s);
+  }
+}
+
+void qdq_fp4_e8m0(float* x, int64_t n, int block) {
+  STRATA_CHECK(n % block == 0);
+  const float floor_amax = static_cast<float>(6.0 * std::ldexp(1.0, -126));
+  for (int64_t b = 0; b < n / block; ++b) {
+    float* xb = x + b * block;
+    float amax = 0.0f;
+    for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    amax = std::max(amax, floor_amax);
+    float s = pow2_ceil(amax * kFp4MaxInv);
+    for (int i = 0; i < block; ++i) {
+      float v = std::clamp(xb[i] / s, -kFp4Max, kFp4Max);
+      xb[i] = round_to_bf16(round_e2m1(v) * s);
+    }
+  }
+}
+
+void qdq_fp4_e4m3(float* x, int64_t n, int block) {
+  STRATA_CHECK(n % block == 0);
+  const float floor_amax = static_cast<float>(6.0 * std::ldexp(1.0, -9));
+  for (int64_t b = 0; b < n / block; ++b) {
+    float* xb = x + b * block;
+    float amax = 0.0f;
+    for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    amax = std::max(amax, floor_amax);
+    float s = round_e4m3(amax / kFp4Max);
+    for (int i = 0; i < block; ++i) {
+      float v = std::clamp(xb[i] / s, -kFp4Max, kFp4Max);
+      xb[i] = round_to_bf16(round_e2m1(v) * s);
+    }
+  }
+}
+
+namespace {
+
+// Block-scaled GEMM over already-quantized activations (q values + per-32 scales) and a
+// weight row decoded to its E4M3/E2M1 values + per-K-block scales. fp32 partial per K block
+// (computed exactly in double, then rounded once: the products are exact in fp32 and the
+// in-block sum of the reference is exact whenever it fits 24 bits), scaled partials added
+// to an fp32 accumulator in K order.
+float block_dot(const float* qa, const float* sa, const float* qw, const float* sw, int64_t K,
+                int block) {
+  float acc = 0.0f;
+  for (int64_t kb = 0; kb < K / block; ++kb) {
+    float part = 0.0f;
+    const float* a = qa + kb * block;
+    const float* w = qw + kb * block;
+    for (int i = 0; i < block; ++i) part = std::fma(a[i], w[i], part);
+    float t = part * sa[kb];
+    t = t * sw[kb];
+    acc += t;
+  }
+  return acc;
+}
+
+void linear_quant(const float* x, int64_t M, const V41Linear& w, float* y) {
+  const int64_t K = w.in, N = w.out;
+  const int block = 32;  // V4.1: activation block = weight K block = 32
+  STRATA_CHECK_MSG(K % block == 0, "{}: K={} not a multiple of 32", w.weight.name, K);
+  STRATA_CHECK(w.kind == V41WeightKind::kFp4 || w.block == block);
+  const int64_t nkb = K / block;
+  std::vector<float> qa(M * K), sa(M * nkb);
+  for (int64_t m = 0; m < M; ++m) act_quant_row(x + m * K, K, block, &qa[m * K], &sa[m * nkb]);
+  std::vector<float> qw(K), sw(nkb);
+  const Luts& L = luts();
+  const uint8_t* wd = w.weight.data;
+  const uint8_t* sd = w.scale.data;
+  for (int64_t n = 0; n < N; ++n) {
+    if (w.kind == V41WeightKind::kFp8) {
+      const uint8_t* row = wd + n * K;
+      for (int64_t k = 0; k < K; ++k) qw[k] = L.e4m3[row[k]];
+      const int64_t scols = (K + w.block - 1) / w.block;
+      for (int64_t kb = 0; kb < nkb; ++kb) sw[kb] = L.e8m0[sd[(n / w.block) * scols + kb]];
+    } else {
+      const uint8_t* row = wd + n * (K / 2);
+      for (int64_t k = 0; k < K / 2; ++k) {
+        qw[2 * k] = L.e2m1[row[k] & 15];
+        qw[2 * k + 1] = L.e2m1[row[k] >> 4];
+      }
+      for (int64_t kb = 0; kb < nkb; ++kb) sw[kb] = L.e8m0[sd[n * nkb + kb]];
+    }
+    for (int64_t m = 0; m < M; ++m)
+      y[m * N + n] = round_to_bf16(block_dot(&qa[m * K], &sa[m * nkb], qw.data(), sw.data(), K, block));
+  }
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
+  switch (w.kind) {
+    case V41WeightKind::kFp8:
+    case V41WeightKind::kFp4:
+      linear_quant(x, M, w, y);
+      return;
+    case V41WeightKind::kBf16:
+    case V41WeightKind::kF32: {
+      linear_f32(x, M, w.weight, w.out, w.in, y);
+      for (int64_t i = 0; i < M * w.out; ++i) y[i] = round_to_bf16(y[i]);
+      return;
+    }
+  }
+}
+
+// Sequential single-accumulator FMA over K per output element: the per-element order of a
+// BLAS sgemm micro-kernel (torch's CPU F.linear), which matches the reference's fp32 results
+// far more often than a lane-split order (measured on the golden per-layer dumps).
+void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y) {
+  STRATA_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16);
+  std::vector<float> wrow(in);
+  for (int64_t n = 0; n < out; ++n) {
+    if (w.dtype == DType::kF32) {
+      std::memcpy(wrow.data(), w.data + n * in * 4, in * 4);
+    } else {
+      const uint16_t* r = w.u16() + n * in;
+      for (int64_t k = 0; k < in; ++k) wrow[k] = bf16_to_f32(r[k]);
+    }
+    static const int gemv_mode = std::getenv("V41_GEMV") ? std::atoi(std::getenv("V41_GEMV")) : 0;
+    if (M == 1 && gemv_mode > 0 && in % 8 == 0) {
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t k = 0; k < in; ++k) a[k % 8] = std::fma(x[k], wrow[k], a[k % 8]);
+      float r;
+      if (gemv_mode == 1) r = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+      else r = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+      y[n] = r;
+      continue;
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * in;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < in; ++k) acc = std::fma(xr[k], wrow[k], acc);
+      y[m * out + n] = acc;
+    }
+  }
+}
+
+int torch_sum_lanes() {
+  static const int lanes = [] {
+    const char* e = std::getenv("V41_SUM_LANES");
+    return e ? std::atoi(e) : 8;
+  }();
+  return lanes;
+}
+
+namespace {
+// multi_row_sum over `size` steps of `nrows` interleaved accumulators, each a vector of
+// `lanes` floats: element (i, r) is the vector at index i*nrows + r of `vecs`.
+void multi_row_sum(const float* x, int lanes, int64_t nrows, int64_t size, float* out /*nrows*lanes*/) {
+  constexpr int kLevels = 4;
+  int64_t ceil_log2 = 0;
+  while ((int64_t{1} << ceil_log2) < size) ++ceil_log2;
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  const int64_t W = nrows * lanes;
+  std::vector<float> acc(kLevels * W, 0.0f);
+  auto add_vec = [&](float* dst, const float* src) {
+    for (int64_t l = 0; l < W; ++l) dst[l] += src[l];
+  };
+  int64_t i = 0;
+  for (; i + level_step <= size;) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) add_vec(&acc[0], x + i * W);
+    for (int j = 1; j < kLevels; ++j) {
+      add_vec(&acc[j * W], &acc[(j - 1) * W]);
+      std::fill_n(&acc[(j - 1) * W], W, 0.0f);
+      const int64_t mask = level_mask << (j * level_power);
+      if ((i & mask) != 0) break;
+    }
+  }
+  for (; i < size; ++i) add_vec(&acc[0], x + i * W);
+  for (int j = 1; j < kLevels; ++j) add_vec(&acc[0], &acc[j * W]);
+  std::copy_n(acc.data(), W, out);
+}
+}  // namespace
+
+float torch_sum(const float* x, int64_t n) {
+  const int lanes = torch_sum_lanes();
+  if (n < lanes) {
+    // scalar_inner_sum: row_sum with scalar accumulators (ilp 4).
+    const int64_t size_ilp = n / 4;
+    float part[4];
+    multi_row_sum(x, 1, 4, size_ilp, part);
+    for (int64_t i = size_ilp * 4; i < n; ++i) part[0] += x[i];
+    for (int k = 1; k < 4; ++k) part[0] += part[k];
+    return part[0];
+  }
+  const int64_t vec_size = n / lanes;
+  const int64_t size_ilp = vec_size / 4;
+  std::vector<float> part(4 * lanes);
+  multi_row_sum(x, lanes, 4, size_ilp, part.data());
+  for (int64_t v = size_ilp * 4; v < vec_size; ++v)
+    for (int l = 0; l < lanes; ++l) part[l] += x[v * lanes + l];
+  for (int k = 1; k < 4; ++k)
+    for (int l = 0; l < lanes; ++l) part[l] += part[k * lanes + l];
+  float fin = 0.0f;
+  for (int64_t k = vec_size * lanes; k < n; ++k) fin += x[k];
+  for (int l = 0; l < lanes; ++l) fin += part[l];
+  return fin;
+}
+
+std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted) {
+  k = std::min(k, n);
+  std::vector<int32_t> out;
+  if (k <= 0) return out;
+  std::vector<std::pair<float, int64_t>> q(n);
+  for (int64_t j = 0; j < n; ++j) q[j] = {v[j], j};
+  auto cmp = [](const std::pair<float, int64_t>& x, const std::pair<float, int64_t>& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
+  };
+  if (k * 64 <= n) {
+    std::partial_sort(q.begin(), q.begin() + k, q.end(), cmp);
+  } else {
+    std::nth_element(q.begin(), q.begin() + k - 1, q.end(), cmp);
+    if (sorted) std::sort(q.begin(), q.begin() + k - 1, cmp);
+  }
+  out.reserve(k);
+  for (int64_t j = 0; j < k; ++j) out.push_back(static_cast<int32_t>(q[j].second));
+  return out;
+}
+
+void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, double eps, float* y) {
+  const float feps = static_cast<float>(eps);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    std::vector<float> sq(n);
+    for (int64_t i = 0; i < n; ++i) sq[i] = xr[i] * xr[i];
+    float var = torch_sum(sq.data(), n) / static_cast<float>(n);
+    float rs = 1.0f / std::sqrt(var + feps);
+    for (int64_t i = 0; i < n; ++i) {
+      float v = xr[i] * rs;
+      if (w) v = bf16_at(*w, i) * v;
+      y[r * n + i] = round_to_bf16(v);
+    }
+  }
+}
+
+RopeTable::RopeTable(int rope_dim, double theta, int64_t original_seq_len, double factor,
+                     double beta_fast, double beta_slow)
+    : rope_dim_(rope_dim), freqs_(rope_dim / 2) {
+  const int dim = rope_dim;
+  const float ftheta = static_cast<float>(theta);
+  for (int i = 0; i < dim / 2; ++i) {
+    float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+    freqs_[i] = 1.0f / std::pow(ftheta, e);
+  }
+  if (original_seq_len > 0) {
+    auto corrected = [&](double rot) {
+      return dim * std::log(static_cast<double>(original_seq_len) / (rot * 2 * M_PI)) /
+             (2 * std::log(theta));
+    };
+    int64_t low = std::max<int64_t>(static_cast<int64_t>(std::floor(corrected(beta_fast))), 0);
+    int64_t high = std::min<int64_t>(static_cast<int64_t>(std::ceil(corrected(beta_slow))), dim - 1);
+    const float denom = high - low > 0 ? static_cast<float>(high - low) : 1e-3f;
+    const float ffactor = static_cast<float>(factor);
+    for (int i = 0; i < dim / 2; ++i) {
+      float ramp = (static_cast<float>(i) - static_cast<float>(low)) / denom;
+      ramp = std::clamp(ramp, 0.0f, 1.0f);
+      float smooth = 1.0f - ramp;
+      float a = freqs_[i] / ffactor * (1.0f - smooth);
+      float b = freqs_[i] * smooth;
+      freqs_[i] = a + b;
+    }
+  }
+}
+
+void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
+  const float fp = static_cast<float>(pos);
+  for (int i = 0; i < rope_dim_ / 2; ++i) {
+    float ang = fp * freqs_[i];
+    float c = static_cast<float>(std::cos(static_cast<double>(ang)));
+    float s = static_cast<float>(std::sin(static_cast<double>(ang)));
+    if (inverse) s = -s;
+    float a = x[2 * i], b = x[2 * i + 1];
+    float ac = a * c, bs = b * s, as = a * s, bc = b * c;
+    x[2 * i] = round_to_bf16(ac - bs);
+    x[2 * i + 1] = round_to_bf16(as + bc);
+  }
+}
+
+void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+                      float sink, float scale, float* out) {
+  // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,
+  // sequential FMA over d), running max, exp via torch.exp (SLEEF), fp32 denominator summed
+  // with torch's reduction order over the block (zeros of invalid entries included), bf16
+  // probabilities in the PV einsum (sequential FMA over the block's entries).
+  constexpr int64_t kBlock = 64;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  float m = -1e30f;
+  float sum_exp = 0.0f;
+  std::vector<float> acc(d);
+  std::vector<float> acc_o(d, 0.0f);
+  float sc[kBlock], p[kBlock];
+  for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
+    const int64_t nb = std::min(kBlock, n_rows - t0);
+    float bmax = kNegInf;
+    for (int64_t t = 0; t < nb; ++t) {
+      const float* kv = rows[t0 + t];
+      if (!kv) {
+        sc[t] = kNegInf;
+        continue;
+      }
+      float dot = 0.0f;
+      for (int64_t i = 0; i < d; ++i) dot = std::fma(q[i], kv[i], dot);
+      sc[t] = dot * scale;
+      bmax = std::max(bmax, sc[t]);
+    }
+    const float m_new = std::max(m, bmax);
+    const float rescale = sleef_expf(m - m_new);
+    for (int64_t t = 0; t < nb; ++t) p[t] = sleef_expf(sc[t] - m_new);
+    sum_exp = sum_exp * rescale + torch_sum(p, nb);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t t = 0; t < nb; ++t) {
+      const float pb = round_to_bf16(p[t]);
+      const float* kv = rows[t0 + t];
+      if (!kv) continue;  // zero row: fma(0, 0, a) == a
+      for (int64_t i = 0; i < d; ++i) acc[i] = std::fma(pb, kv[i], acc[i]);
+    }
+    for (int64_t i = 0; i < d; ++i) acc_o[i] = acc_o[i] * rescale + acc[i];
+    m = m_new;
+  }
+  sum_exp = sum_exp + sleef_expf(sink - m);
+  for (int64_t i = 0; i < d; ++i) out[i] = round_to_bf16(acc_o[i] / sum_exp);
+}
+
+// expf as SLEEF's xexpf (u10) computes it with FMA: the vectorized exp behind torch.exp /
+// torch.sigmoid on AVX2 CPUs (ATen Vectorized<float>::exp -> Sleef_expf8_u10).
+float sleef_expf(float d) {
+  const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+  const float kL2U = 0.693145751953125f;
+  const float kL2L = 1.428606765330187045e-06f;
+  const int32_t q = static_cast<int32_t>(std::nearbyint(d * kRLn2));
+  const float fq = static_cast<float>(q);
+  float s = std::fma(fq, -kL2U, d);
+  s = std::fma(fq, -kL2L, s);
+  float u = 0.000198527617612853646278381f;
+  u = std::fma(u, s, 0.00139304355252534151077271f);
+  u = std::fma(u, s, 0.00833336077630519866943359f);
+  u = std::fma(u, s, 0.0416664853692054748535156f);
+  u = std::fma(u, s, 0.166666671633720397949219f);
+  u = std::fma(u, s, 0.5f);
+  u = 1.0f + std::fma(s * s, u, s);
+  auto pow2i = [](int32_t e) { return f32_from_bits(static_cast<uint32_t>(e + 0x7f) << 23); };
+  u = u * pow2i(q >> 1) * pow2i(q - (q >> 1));
+  if (d < -104.0f) u = 0.0f;
+  if (d > 104.0f) u = std::numeric_limits<float>::infinity();
+  return u;
+}
+
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc,
+                       int iters, float eps, float* pre, float* post, float* comb) {
+  static const bool use_sleef = std::getenv("V41_LIBM_EXP") == nullptr;
+  auto ex = [](float x) { return use_sleef ? sleef_expf(x) : std::exp(x); };
+  auto sigmoid = [&](float x) { return 1.0f / (1.0f + ex(0.0f - x)); };
+  for (int c = 0; c < hc; ++c) {
+    pre[c] = sigmoid(mixes[c] * scale[0] + base[c]) + eps;
+    post[c] = 2.0f * sigmoid(mixes[hc + c] * scale[1] + base[hc + c]);
+  }
+  for (int i = 0; i < hc * hc; ++i) comb[i] = mixes[2 * hc + i] * scale[2] + base[2 * hc + i];
+  auto row_norm = [&](bool softmax) {
+    for (int i = 0; i < hc; ++i) {
+      float* r = comb + i * hc;
+      if (softmax) {
+        float mx = r[0];
+        for (int j = 1; j < hc; ++j) mx = std::max(mx, r[j]);
+        for (int j = 0; j < hc; ++j) r[j] = ex(r[j] - mx);
+        float s = 0.0f;
+        for (int j = 0; j < hc; ++j) s += r[j];
+        for (int j = 0; j < hc; ++j) r[j] = r[j] / s + eps;
+      } else {
+        float s = 0.0f;
+        for (int j = 0; j < hc; ++j) s += r[j];
+        s += eps;
+        for (int j = 0; j < hc; ++j) r[j] = r[j] / s;
+      }
+    }
+  };
+  auto col_norm = [&]() {
+    for (int j = 0; j < hc; ++j) {
+      float s = 0.0f;
+      for (int i = 0; i < hc; ++i) s += comb[i * hc + j];
+      s += eps;
+      for (int i = 0; i < hc; ++i) comb[i * hc + j] = comb[i * hc + j] / s;
+    }
+  };
+  row_norm(true);
+  col_norm();
+  for (int it = 0; it < iters - 1; ++it) {
+    row_norm(false);
+    col_norm();
+  }
+}
+
+}  // namespace strata::v41

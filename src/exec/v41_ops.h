@@ -1,0 +1,104 @@
+// V4.1 forward-pass primitives with the reference's rounding points (scalar, batch-invariant).
+//
+// Temporary home (prefix v41_) until kernels/act_quant.h, kernels/block_gemm.h and
+// kernels/yarn_rope.h land; to be consolidated there. Every function is a pure function of
+// its inputs and computes each output row independently (same reduction order whatever M
+// or the chunking), so chunked prefill == whole prefill bit-exactly.
+//
+// Conventions: activations are f32 arrays; "bf16 tensor" means every value is exactly a
+// bf16 (rounded with round_to_bf16 at the reference's rounding points). Weights are
+// V41Linear views (model/deepseek_v41_weights.h).
+//
+// Sources (numerics): DeepSeek V4.1 inference/model.py (linear, RMSNorm, Gate, Expert,
+// Block.hc_*, apply_rotary_emb, precompute_freqs_cis) and the Tenstorrent CPU port of its
+// kernels, kernel_cpu.py (act_quant, fp4_act_quant, fp8_gemm, fp4_gemm, sparse_attn,
+// hc_split_sinkhorn); spec v41-architecture.md §2.1–§2.3, §2.7.
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/deepseek_v41_weights.h"
+
+namespace strata::v41 {
+
+float e4m3_decode(uint8_t b);
+float e2m1_decode(uint8_t nibble);
+// 2^ceil(log2(x)) on the fp32 bit pattern (exponent field + 1 if mantissa != 0).
+float pow2_ceil(float x);
+// fp32 -> nearest E4M3 value (RNE, saturating at ±448), returned as f32.
+float round_e4m3(float x);
+// fp32 in [-6, 6] -> nearest E2M1 value (RNE on the code grid), sign of zero kept.
+float round_e2m1(float x);
+
+// FP8 activation quant of one row (block `block` along K): writes the E4M3 values q[k]
+// (unscaled) and one power-of-two scale per block. x must hold bf16 values.
+void act_quant_row(const float* x, int64_t K, int block, float* q, float* scales);
+// In-place QDQ to FP8 (ue8m0 scales, block 32): x <- bf16(q * s). act_quant(inplace=True).
+void qdq_fp8(float* x, int64_t n, int block);
+// In-place QDQ to FP4: E8M0 power-of-two scale per `block` (indexer, block 32) or E4M3 scale
+// per `block` (compressed KV, block 16). fp4_act_quant(inplace=True).
+void qdq_fp4_e8m0(float* x, int64_t n, int block);
+void qdq_fp4_e4m3(float* x, int64_t n, int block);
+
+// y[M, out] = linear(x[M, in]) as model.py `linear` does it:
+//   FP8 weight: act_quant(x) then block-scaled GEMM (fp32 partial per 32-wide K block, scaled
+//               partials added in K order), output rounded to bf16.
+//   FP4 weight: same with E2M1 weights and per-row-per-32 scales.
+//   BF16 weight: F.linear in bf16 (fp32 accumulate, output rounded to bf16).
+void linear(const float* x, int64_t M, const V41Linear& w, float* y);
+// F.linear with the weight promoted to fp32 (x f32), output left in fp32 (no rounding).
+// Used for compressor wkv/wgate (ratio > 1), the MoE gate, and the LM head.
+void linear_f32(const float* x, int64_t M, const TensorView& w_bf16_or_f32, int64_t out,
+                int64_t in, float* y);
+
+// Sum of n fp32 values in the order of torch's CPU reduction kernel for a contiguous inner
+// dimension (aten SumKernel.cpp vectorized_inner_sum / row_sum / multi_row_sum: `lanes`-wide
+// vector accumulators, 4-way ILP, 4-level cascade; scalar tail, then the lanes in order).
+// lanes = 8 (AVX2 build of the reference) by default; 16 for AVX-512. V41_SUM_LANES overrides.
+float torch_sum(const float* x, int64_t n);
+int torch_sum_lanes();
+
+// torch.topk(largest=True) on one CPU row, reproducing its tie order: (value, index) pairs
+// in index order, then std::partial_sort when k*64 <= n, else std::nth_element at k-1
+// (+ std::sort of the first k-1 when `sorted`), comparator `a.value > b.value` only
+// (aten/src/ATen/native/cpu/SortingKernel.cpp topk_impl_loop). Returns the k indices in the
+// resulting queue order.
+std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted);
+
+// RMSNorm: y = bf16(w * (x * rsqrt(mean(x^2) + eps))), per row of n. w BF16 [n] (or null).
+void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, double eps, float* y);
+
+// Rotary tables for one layer: complex exponentials per position, pairs (cos, sin) as f32,
+// exactly as precompute_freqs_cis (YaRN when original_seq_len > 0).
+class RopeTable {
+ public:
+  RopeTable() = default;
+  RopeTable(int rope_dim, double theta, int64_t original_seq_len, double factor,
+            double beta_fast, double beta_slow);
+  // Rotates the last rope_dim values of x (pairs 2i, 2i+1) at position pos; inverse
+  // conjugates. Result rounded to bf16 (the reference rotates bf16 tensors in place).
+  void apply(float* x_tail, int64_t pos, bool inverse) const;
+  int rope_dim() const { return rope_dim_; }
+
+ private:
+  int rope_dim_ = 0;
+  std::vector<float> freqs_;  // [rope_dim/2]
+};
+
+// One sparse-attention query (one head): K = V rows `kv[idx[t]]` (nullptr entries are
+// invalid, the kernel's -1), online softmax over blocks of 64 list entries with bf16
+// probabilities in the PV product, fp32 denominator, attention sink. out[d] rounded to bf16.
+void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+                      float sink, float scale, float* out);
+
+// expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
+float sleef_expf(float x);
+
+// mHC: pre [hc], post [hc], comb [hc*hc] (row i = source stream, column j = destination)
+// from the mixes row [(2+hc)*hc] (hc_split_sinkhorn).
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc,
+                       int iters, float eps, float* pre, float* post, float* comb);
+
+}  // namespace strata::v41

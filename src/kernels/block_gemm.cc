@@ -1,0 +1,704 @@
+// Block-scaled FP8 / FP4 GEMMs (see block_gemm.h for the reduction order and its source).
+//
+// Structure: output columns are processed in tiles of 8 weight rows, in groups of kGroup
+// tiles. For each K block the group's weights are decoded once into transposed [block][8]
+// f32 panels; then every activation row m runs the sequential-FMA partial over the block
+// for the 8 columns of each tile at once (lane l = column n0+l, so each output sees exactly
+// the scalar order; the kGroup tiles are independent FMA chains that hide latency), and adds
+// the scaled partial to its f32 accumulator. The AVX2 path decodes with vector code (FP8 via
+// F16C half conversion, FP4 via a lane permute) and uses the same arithmetic, so it is
+// bit-identical to the scalar path. Packed weights ([N/8][K][8] layout) avoid the 8x8
+// transposes the raw checkpoint layout needs.
+#include "kernels/block_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+
+namespace strata::kernels {
+namespace {
+
+constexpr int kTile = 8;
+constexpr int kGroup = 4;
+
+struct Luts {
+  std::array<float, 256> e4m3{};
+  std::array<float, 256> e8m0{};
+  std::array<float, 16> e2m1{};
+  Luts() {
+    for (int b = 0; b < 256; ++b) {
+      const int exp = (b >> 3) & 0xf, mant = b & 7;
+      float v;
+      if (exp == 15 && mant == 7) {
+        v = NAN;
+      } else if (exp == 0) {
+        v = std::ldexp(static_cast<float>(mant), -9);
+      } else {
+        v = std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+      }
+      e4m3[b] = (b & 0x80) ? -v : v;
+      e8m0[b] = b == 255 ? NAN : std::ldexp(1.0f, b - 127);
+    }
+    for (int c = 0; c < 16; ++c) e2m1[c] = e2m1_value(static_cast<uint8_t>(c));
+  }
+};
+const Luts& luts() {
+  static const Luts l;
+  return l;
+}
+
+inline float round_out(float v, OutRound out) {
+  if (out == OutRound::kF32) return v;
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u = (u | 0x00400000u) & 0xffff0000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+  }
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// Where the weights come from.
+struct Src {
+  enum Kind { kFp8Raw, kFp8Packed, kFp4Raw, kFp4Packed } kind;
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales_e8m0 = nullptr;  // raw layouts
+  const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed (per row)
+  int64_t n = 0, k = 0;
+  int bk = 32;       // K block of the weight scales (FP4: 32)
+  int block_n = 1;   // raw FP8 scale rows
+  bool fp4() const { return kind == kFp4Raw || kind == kFp4Packed; }
+};
+
+// ---- scalar panel fill: panel [bk][8] for rows n0..n0+7 (rows >= n are zero), sw [8]
+void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float* sw) {
+  const Luts& L = luts();
+  const int bk = s.bk;
+  const int64_t nkb = s.k / bk;
+  for (int l = 0; l < kTile; ++l) {
+    const int64_t n = n0 + l;
+    if (n >= s.n) {
+      sw[l] = 0.0f;
+      for (int k = 0; k < bk; ++k) panel[k * kTile + l] = 0.0f;
+      continue;
+    }
+    const int64_t k0 = kb * bk;
+    switch (s.kind) {
+      case Src::kFp8Raw: {
+        const int64_t si = (n / s.block_n) * ((s.k + bk - 1) / bk) + kb;
+        sw[l] = s.scales_e8m0 ? L.e8m0[s.scales_e8m0[si]] : s.scales_f32[si];
+        const uint8_t* src = s.codes + n * s.k + k0;
+        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[k]];
+        break;
+      }
+      case Src::kFp8Packed: {
+        sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l];
+        const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * kTile + l;
+        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[k * kTile]];
+        break;
+      }
+      case Src::kFp4Raw: {
+        sw[l] = L.e8m0[s.scales_e8m0[n * nkb + kb]];
+        const uint8_t* src = s.codes + n * (s.k / 2) + k0 / 2;
+        for (int j = 0; j < bk / 2; ++j) {
+          panel[(2 * j) * kTile + l] = L.e2m1[src[j] & 0xf];
+          panel[(2 * j + 1) * kTile + l] = L.e2m1[src[j] >> 4];
+        }
+        break;
+      }
+      case Src::kFp4Packed: {
+        sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l];
+        const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * (kTile / 2) + l / 2;
+        const int shift = (l % 2) * 4;
+        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e2m1[(src[k * (kTile / 2)] >> shift) & 0xf];
+        break;
+      }
+    }
+  }
+}
+
+// acc[m][g][8] += (Σ_k fma-seq x[m][k0+k] * panel_g[k]) * sx[m] * sw_g   for g < ng
+void accumulate_scalar(const float* panels, const float* sws, int ng, int bk, const QuantActs& a,
+                       int64_t kb, float* acc) {
+  const int64_t K = a.k;
+  const int64_t act_per = a.block / bk;
+  const int64_t ldsx = K / a.block;
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* xr = a.q + m * K + kb * bk;
+    const float sx = a.scales[m * ldsx + kb / act_per];
+    for (int g = 0; g < ng; ++g) {
+      const float* panel = panels + g * bk * kTile;
+      float p[kTile] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < bk; ++k)
+        for (int l = 0; l < kTile; ++l) p[l] = std::fma(xr[k], panel[k * kTile + l], p[l]);
+      float* ac = acc + (m * kGroup + g) * kTile;
+      for (int l = 0; l < kTile; ++l) ac[l] = ac[l] + (p[l] * sx) * sws[g * kTile + l];
+    }
+  }
+}
+
+void gemm_cols_scalar(const QuantActs& a, const Src& s, float* y, OutRound out, int64_t n_begin,
+                      int64_t n_end) {
+  const int bk = s.bk;
+  const int64_t nkb = s.k / bk;
+  std::vector<float> panels(static_cast<size_t>(kGroup * bk * kTile));
+  std::vector<float> sws(kGroup * kTile);
+  std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
+  for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
+    const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      for (int g = 0; g < ng; ++g) {
+        fill_panel_scalar(s, g0 + g * kTile, kb, panels.data() + g * bk * kTile,
+                          sws.data() + g * kTile);
+      }
+      accumulate_scalar(panels.data(), sws.data(), ng, bk, a, kb, acc.data());
+    }
+    for (int64_t m = 0; m < a.m; ++m)
+      for (int g = 0; g < ng; ++g)
+        for (int l = 0; l < kTile; ++l) {
+          const int64_t n = g0 + g * kTile + l;
+          if (n < n_end && n < s.n) y[m * s.n + n] = round_out(acc[(m * kGroup + g) * kTile + l], out);
+        }
+  }
+}
+
+// ---- AVX2 path ----
+#define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// E4M3 -> f32 via binary16: the E4M3 bits placed as (sign << 15) | (exp_mant << 7) form a
+// half whose value is exactly 2^-8 times the E4M3 value (subnormals included); F16C widens
+// it exactly. The AVX2 kernels keep this 2^-8 factor in the decoded weights and fold 256
+// into the weight scale instead: every partial and scaled partial is then an exact
+// power-of-two multiple of the scalar path's value, so results are bit-identical (weight
+// scales must stay below 2^119, far above anything UE8M0 checkpoints use).
+// 16 E4M3 bytes -> two vectors of 8 (bytes 0..7, 8..15), scaled by 2^-8.
+STRATA_AVX2 inline void decode16_e4m3(const uint8_t* p, __m256* lo, __m256* hi) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i z = _mm_setzero_si128();
+  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBFFF));
+  // byte in the high half of each 16-bit lane, then an arithmetic shift moves exp|mant down by
+  // one while copying the sign into bit 14, which the mask clears
+  const __m128i h0 = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(z, b), 1), keep);
+  const __m128i h1 = _mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), keep);
+  *lo = _mm256_cvtph_ps(h0);
+  *hi = _mm256_cvtph_ps(h1);
+}
+
+// 8 bytes = 16 E2M1 nibbles (element 2j in the low nibble of byte j) -> two vectors of 8
+// (elements 0..7, 8..15), scaled by 2^-8 like decode16_e4m3: a nibble maps to the high byte
+// of the binary16 of value*2^-8 (all E2M1 values have a zero low byte there).
+STRATA_AVX2 inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m256* hi) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+  // binary16 high bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-8, then the negatives
+  const __m128i table = _mm_setr_epi8(0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
+                                      static_cast<char>(0x80), static_cast<char>(0x98),
+                                      static_cast<char>(0x9C), static_cast<char>(0x9E),
+                                      static_cast<char>(0xA0), static_cast<char>(0xA2),
+                                      static_cast<char>(0xA4), static_cast<char>(0xA6));
+  const __m128i hb = _mm_shuffle_epi8(table, nib);
+  const __m128i z = _mm_setzero_si128();
+  *lo = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, hb));
+  *hi = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, hb));
+}
+
+STRATA_AVX2 inline void transpose8_store(const float* rows, int ld, float* out) {
+  // rows: 8 rows of 8 floats (stride ld); out: 8 x 8, out[j*8 + l] = rows[l*ld + j]
+  __m256 r0 = _mm256_loadu_ps(rows + 0 * ld), r1 = _mm256_loadu_ps(rows + 1 * ld);
+  __m256 r2 = _mm256_loadu_ps(rows + 2 * ld), r3 = _mm256_loadu_ps(rows + 3 * ld);
+  __m256 r4 = _mm256_loadu_ps(rows + 4 * ld), r5 = _mm256_loadu_ps(rows + 5 * ld);
+  __m256 r6 = _mm256_loadu_ps(rows + 6 * ld), r7 = _mm256_loadu_ps(rows + 7 * ld);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(out + 0 * 8, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(out + 1 * 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(out + 2 * 8, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(out + 3 * 8, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(out + 4 * 8, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(out + 5 * 8, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(out + 6 * 8, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(out + 7 * 8, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* panel, float* sw,
+                                 float* rowbuf /* [8][bk] */) {
+  const int bk = s.bk;
+  const int64_t k0 = kb * bk;
+  const bool full = n0 + kTile <= s.n;
+  if (!full) {  // ragged last tile: scalar
+    fill_panel_scalar(s, n0, kb, panel, sw);
+    return;
+  }
+  const Luts& L = luts();
+  const int64_t nkb = s.k / bk;
+  constexpr float kFold = 256.0f;  // see decode16_e4m3
+  __m256 lo, hi;
+  switch (s.kind) {
+    case Src::kFp8Packed: {
+      for (int l = 0; l < kTile; ++l) sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l] * kFold;
+      const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * kTile;
+      for (int k = 0; k < bk; k += 2) {
+        decode16_e4m3(src + k * kTile, &lo, &hi);
+        _mm256_storeu_ps(panel + k * kTile, lo);
+        _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
+      }
+      return;
+    }
+    case Src::kFp4Packed: {
+      for (int l = 0; l < kTile; ++l) sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l] * kFold;
+      const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * (kTile / 2);
+      for (int k = 0; k < bk; k += 2) {
+        decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
+        _mm256_storeu_ps(panel + k * kTile, lo);
+        _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
+      }
+      return;
+    }
+    case Src::kFp8Raw: {
+      const int64_t scols = (s.k + bk - 1) / bk;
+      for (int l = 0; l < kTile; ++l) {
+        const int64_t n = n0 + l;
+        const int64_t si = (n / s.block_n) * scols + kb;
+        sw[l] = (s.scales_e8m0 ? L.e8m0[s.scales_e8m0[si]] : s.scales_f32[si]) * kFold;
+        const uint8_t* src = s.codes + n * s.k + k0;
+        for (int k = 0; k < bk; k += 16) {
+          decode16_e4m3(src + k, &lo, &hi);
+          _mm256_storeu_ps(rowbuf + l * bk + k, lo);
+          _mm256_storeu_ps(rowbuf + l * bk + k + 8, hi);
+        }
+      }
+      break;
+    }
+    case Src::kFp4Raw: {
+      for (int l = 0; l < kTile; ++l) {
+        const int64_t n = n0 + l;
+        sw[l] = L.e8m0[s.scales_e8m0[n * nkb + kb]] * kFold;
+        const uint8_t* src = s.codes + n * (s.k / 2) + k0 / 2;
+        for (int k = 0; k < bk; k += 16) {
+          decode16_e2m1(src + k / 2, &lo, &hi);
+          _mm256_storeu_ps(rowbuf + l * bk + k, lo);
+          _mm256_storeu_ps(rowbuf + l * bk + k + 8, hi);
+        }
+      }
+      break;
+    }
+  }
+  for (int k = 0; k < bk; k += 8) transpose8_store(rowbuf + k, bk, panel + k * kTile);
+}
+
+STRATA_AVX2 void accumulate_avx2(const float* panels, const float* sws, int ng, int bk,
+                                 const QuantActs& a, int64_t kb, float* acc) {
+  const int64_t K = a.k;
+  const int64_t act_per = a.block / bk;
+  const int64_t ldsx = K / a.block;
+  const int64_t stride = static_cast<int64_t>(bk) * kTile;
+  auto finish = [&](int64_t m, int g, __m256 p) __attribute__((always_inline, target("avx2,fma,f16c"))) {
+    const __m256 sx = _mm256_set1_ps(a.scales[m * ldsx + kb / act_per]);
+    float* ac = acc + (m * kGroup + g) * kTile;
+    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(p, sx), _mm256_loadu_ps(sws + g * kTile));
+    _mm256_storeu_ps(ac, _mm256_add_ps(_mm256_loadu_ps(ac), t));
+  };
+  if (ng == kGroup) {
+    int64_t m = 0;
+    for (; m + 2 <= a.m; m += 2) {  // two rows x four tiles: 8 independent chains
+      const float* x0 = a.q + m * K + kb * bk;
+      const float* x1 = x0 + K;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int k = 0; k < bk; ++k) {
+        const __m256 w0 = _mm256_loadu_ps(panels + k * kTile);
+        const __m256 w1 = _mm256_loadu_ps(panels + stride + k * kTile);
+        const __m256 w2 = _mm256_loadu_ps(panels + 2 * stride + k * kTile);
+        const __m256 w3 = _mm256_loadu_ps(panels + 3 * stride + k * kTile);
+        const __m256 xb = _mm256_set1_ps(x0[k]);
+        const __m256 yb = _mm256_set1_ps(x1[k]);
+        a0 = _mm256_fmadd_ps(xb, w0, a0);
+        a1 = _mm256_fmadd_ps(xb, w1, a1);
+        a2 = _mm256_fmadd_ps(xb, w2, a2);
+        a3 = _mm256_fmadd_ps(xb, w3, a3);
+        b0 = _mm256_fmadd_ps(yb, w0, b0);
+        b1 = _mm256_fmadd_ps(yb, w1, b1);
+        b2 = _mm256_fmadd_ps(yb, w2, b2);
+        b3 = _mm256_fmadd_ps(yb, w3, b3);
+      }
+      finish(m, 0, a0);
+      finish(m, 1, a1);
+      finish(m, 2, a2);
+      finish(m, 3, a3);
+      finish(m + 1, 0, b0);
+      finish(m + 1, 1, b1);
+      finish(m + 1, 2, b2);
+      finish(m + 1, 3, b3);
+    }
+    for (; m < a.m; ++m) {
+      const float* x0 = a.q + m * K + kb * bk;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int k = 0; k < bk; ++k) {
+        const __m256 xb = _mm256_set1_ps(x0[k]);
+        a0 = _mm256_fmadd_ps(xb, _mm256_loadu_ps(panels + k * kTile), a0);
+        a1 = _mm256_fmadd_ps(xb, _mm256_loadu_ps(panels + stride + k * kTile), a1);
+        a2 = _mm256_fmadd_ps(xb, _mm256_loadu_ps(panels + 2 * stride + k * kTile), a2);
+        a3 = _mm256_fmadd_ps(xb, _mm256_loadu_ps(panels + 3 * stride + k * kTile), a3);
+      }
+      finish(m, 0, a0);
+      finish(m, 1, a1);
+      finish(m, 2, a2);
+      finish(m, 3, a3);
+    }
+    return;
+  }
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* xr = a.q + m * K + kb * bk;
+    for (int g = 0; g < ng; ++g) {
+      const float* q = panels + g * stride;
+      __m256 p = _mm256_setzero_ps();
+      for (int k = 0; k < bk; ++k) p = _mm256_fmadd_ps(_mm256_set1_ps(xr[k]), _mm256_loadu_ps(q + k * kTile), p);
+      finish(m, g, p);
+    }
+  }
+}
+
+// Small-M fast path for packed weights: decode straight into registers (no panel), one or
+// two activation rows, kGroup tiles -> up to 8 independent FMA chains. Same arithmetic.
+template <bool kFp4, int kRows>
+STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t kb,
+                                     const QuantActs& a, int64_t m0, float* acc) {
+  const int bk = s.bk;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t k0 = kb * bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  constexpr int bytes_per_k = kFp4 ? kTile / 2 : kTile;
+  const uint8_t* src[kGroup];
+  for (int g = 0; g < kGroup; ++g) {
+    const int gg = g < ng ? g : 0;
+    src[g] = s.codes + (((g0 / kTile) + gg) * K + k0) * bytes_per_k;
+  }
+  // explicit registers (GCC keeps arrays of vectors in memory at -O2)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;  // row 0, tiles 0..3
+  __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                   // row 1
+  const float* x0 = a.q + m0 * K + k0;
+  const float* x1 = x0 + K;
+  auto dec = [](const uint8_t* q, __m256* lo, __m256* hi) __attribute__((always_inline, target("avx2,fma,f16c"))) {
+    if constexpr (kFp4) {
+      decode16_e2m1(q, lo, hi);
+    } else {
+      decode16_e4m3(q, lo, hi);
+    }
+  };
+  const uint8_t* s0 = src[0];
+  const uint8_t* s1 = src[1];
+  const uint8_t* s2 = src[2];
+  const uint8_t* s3 = src[3];
+  for (int k = 0; k < bk; k += 2) {
+    const int64_t off = static_cast<int64_t>(k) * bytes_per_k;
+    __m256 w0l, w0h, w1l, w1h, w2l, w2h, w3l, w3h;
+    dec(s0 + off, &w0l, &w0h);
+    dec(s1 + off, &w1l, &w1h);
+    dec(s2 + off, &w2l, &w2h);
+    dec(s3 + off, &w3l, &w3h);
+    __m256 xb = _mm256_set1_ps(x0[k]);
+    a0 = _mm256_fmadd_ps(xb, w0l, a0);
+    a1 = _mm256_fmadd_ps(xb, w1l, a1);
+    a2 = _mm256_fmadd_ps(xb, w2l, a2);
+    a3 = _mm256_fmadd_ps(xb, w3l, a3);
+    if constexpr (kRows == 2) {
+      const __m256 yb = _mm256_set1_ps(x1[k]);
+      b0 = _mm256_fmadd_ps(yb, w0l, b0);
+      b1 = _mm256_fmadd_ps(yb, w1l, b1);
+      b2 = _mm256_fmadd_ps(yb, w2l, b2);
+      b3 = _mm256_fmadd_ps(yb, w3l, b3);
+    }
+    xb = _mm256_set1_ps(x0[k + 1]);
+    a0 = _mm256_fmadd_ps(xb, w0h, a0);
+    a1 = _mm256_fmadd_ps(xb, w1h, a1);
+    a2 = _mm256_fmadd_ps(xb, w2h, a2);
+    a3 = _mm256_fmadd_ps(xb, w3h, a3);
+    if constexpr (kRows == 2) {
+      const __m256 yb = _mm256_set1_ps(x1[k + 1]);
+      b0 = _mm256_fmadd_ps(yb, w0h, b0);
+      b1 = _mm256_fmadd_ps(yb, w1h, b1);
+      b2 = _mm256_fmadd_ps(yb, w2h, b2);
+      b3 = _mm256_fmadd_ps(yb, w3h, b3);
+    }
+  }
+  const __m256 p[2][kGroup] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+  for (int r = 0; r < kRows; ++r) {
+    const __m256 sx = _mm256_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
+    for (int g = 0; g < ng; ++g) {
+      const __m256 sw = _mm256_mul_ps(_mm256_loadu_ps(s.scales_f32 + ((g0 / kTile + g) * nkb + kb) * kTile),
+                                      _mm256_set1_ps(256.0f));  // see decode16_e4m3
+      float* ac = acc + ((m0 + r) * kGroup + g) * kTile;
+      const __m256 t = _mm256_mul_ps(_mm256_mul_ps(p[r][g], sx), sw);
+      _mm256_storeu_ps(ac, _mm256_add_ps(_mm256_loadu_ps(ac), t));
+    }
+  }
+}
+
+STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutRound out,
+                                int64_t n_begin, int64_t n_end) {
+  const int bk = s.bk;
+  const int64_t nkb = s.k / bk;
+  std::vector<float> panels(static_cast<size_t>(kGroup * bk * kTile));
+  std::vector<float> rowbuf(static_cast<size_t>(kTile * bk));
+  alignas(32) float sws[kGroup * kTile];
+  std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
+  for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
+    const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
+    if (packed && a.m <= 4 && g0 + ng * kTile <= s.n) {
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
+          const bool two = m0 + 2 <= a.m;
+          if (s.kind == Src::kFp4Packed) {
+            if (two) direct_block<true, 2>(s, g0, ng, kb, a, m0, acc.data());
+            else direct_block<true, 1>(s, g0, ng, kb, a, m0, acc.data());
+          } else {
+            if (two) direct_block<false, 2>(s, g0, ng, kb, a, m0, acc.data());
+            else direct_block<false, 1>(s, g0, ng, kb, a, m0, acc.data());
+          }
+        }
+      }
+    } else for (int64_t kb = 0; kb < nkb; ++kb) {
+      for (int g = 0; g < ng; ++g) {
+        fill_panel_avx2(s, g0 + g * kTile, kb, panels.data() + g * bk * kTile, sws + g * kTile,
+                        rowbuf.data());
+      }
+      accumulate_avx2(panels.data(), sws, ng, bk, a, kb, acc.data());
+    }
+    for (int64_t m = 0; m < a.m; ++m)
+      for (int g = 0; g < ng; ++g)
+        for (int l = 0; l < kTile; ++l) {
+          const int64_t n = g0 + g * kTile + l;
+          if (n < n_end && n < s.n) y[m * s.n + n] = round_out(acc[(m * kGroup + g) * kTile + l], out);
+        }
+  }
+}
+
+bool have_f16c() {
+  static const bool v = __builtin_cpu_supports("f16c");
+  return v;
+}
+
+void run_cols(const QuantActs& a, const Src& s, float* y, OutRound out, int64_t b, int64_t e,
+              bool avx) {
+  if (avx) {
+    gemm_cols_avx2(a, s, y, out, b, e);
+  } else {
+    gemm_cols_scalar(a, s, y, out, b, e);
+  }
+}
+
+// Splits N into tiles of 8 across the pool (ranges start on tile boundaries).
+void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* pool) {
+  const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
+  const int64_t n = s.n;
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2) {
+    run_cols(a, s, y, out, 0, n, avx);
+    return;
+  }
+  pool->parallel_for(
+      tiles,
+      [&](int64_t t0, int64_t t1) { run_cols(a, s, y, out, t0 * kTile, std::min(n, t1 * kTile), avx); },
+      1);
+}
+
+void check_fp8(const QuantActs& a, const Fp8BlockWeight& w) {
+  STRATA_CHECK(w.codes != nullptr && (w.scales_e8m0 != nullptr) != (w.scales_f32 != nullptr));
+  STRATA_CHECK(w.block_k > 0 && w.block_k % 8 == 0 && w.block_n > 0 && w.k % w.block_k == 0);
+  STRATA_CHECK(a.k == w.k && a.block == w.block_k);
+}
+void check_fp4(const QuantActs& a, int64_t k, int group) {
+  STRATA_CHECK(group == 32);
+  STRATA_CHECK(k % 32 == 0 && a.k == k && a.block % 32 == 0 && k % a.block == 0);
+}
+
+Src src_of(const Fp8BlockWeight& w) {
+  Src s{Src::kFp8Raw};
+  s.codes = w.codes;
+  s.scales_e8m0 = w.scales_e8m0;
+  s.scales_f32 = w.scales_f32;
+  s.n = w.n;
+  s.k = w.k;
+  s.bk = w.block_k;
+  s.block_n = w.block_n;
+  return s;
+}
+Src src_of(const Fp4Weight& w) {
+  Src s{Src::kFp4Raw};
+  s.codes = w.packed;
+  s.scales_e8m0 = w.scales_e8m0;
+  s.n = w.n;
+  s.k = w.k;
+  s.bk = 32;
+  return s;
+}
+Src src_of(const PackedFp8Weight& w) {
+  Src s{Src::kFp8Packed};
+  s.codes = w.codes.data();
+  s.scales_f32 = w.scales.data();
+  s.n = w.n;
+  s.k = w.k;
+  s.bk = w.block_k;
+  return s;
+}
+Src src_of(const PackedFp4Weight& w) {
+  Src s{Src::kFp4Packed};
+  s.codes = w.codes.data();
+  s.scales_f32 = w.scales.data();
+  s.n = w.n;
+  s.k = w.k;
+  s.bk = 32;
+  return s;
+}
+
+}  // namespace
+
+namespace ref {
+void fp8_gemm_cols(const QuantActs& a, const Fp8BlockWeight& w, float* y, OutRound out,
+                   int64_t n_begin, int64_t n_end) {
+  check_fp8(a, w);
+  gemm_cols_scalar(a, src_of(w), y, out, n_begin, n_end);
+}
+void fp4_gemm_cols(const QuantActs& a, const Fp4Weight& w, float* y, OutRound out,
+                   int64_t n_begin, int64_t n_end) {
+  STRATA_CHECK(w.packed != nullptr && w.scales_e8m0 != nullptr);
+  check_fp4(a, w.k, w.group);
+  gemm_cols_scalar(a, src_of(w), y, out, n_begin, n_end);
+}
+}  // namespace ref
+
+void fp8_gemm(const QuantActs& a, const Fp8BlockWeight& w, float* y, OutRound out,
+              ThreadPool* pool) {
+  check_fp8(a, w);
+  run(a, src_of(w), y, out, pool);
+}
+
+void fp4_gemm(const QuantActs& a, const Fp4Weight& w, float* y, OutRound out, ThreadPool* pool) {
+  STRATA_CHECK(w.packed != nullptr && w.scales_e8m0 != nullptr);
+  check_fp4(a, w.k, w.group);
+  run(a, src_of(w), y, out, pool);
+}
+
+PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w) {
+  STRATA_CHECK(w.codes != nullptr && (w.scales_e8m0 != nullptr) != (w.scales_f32 != nullptr));
+  STRATA_CHECK(w.block_k > 0 && w.block_k % 8 == 0 && w.k % w.block_k == 0);
+  const Luts& L = luts();
+  PackedFp8Weight p;
+  p.n = w.n;
+  p.k = w.k;
+  p.block_k = w.block_k;
+  const int64_t tiles = (w.n + kTile - 1) / kTile, nkb = w.k / w.block_k;
+  const int64_t scols = (w.k + w.block_k - 1) / w.block_k;
+  p.codes.assign(static_cast<size_t>(tiles * w.k * kTile), 0);
+  p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
+  for (int64_t n = 0; n < w.n; ++n) {
+    const int64_t t = n / kTile, l = n % kTile;
+    for (int64_t k = 0; k < w.k; ++k) p.codes[(t * w.k + k) * kTile + l] = w.codes[n * w.k + k];
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t si = (n / w.block_n) * scols + kb;
+      p.scales[(t * nkb + kb) * kTile + l] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
+    }
+  }
+  return p;
+}
+
+PackedFp4Weight pack_fp4_weight(const Fp4Weight& w) {
+  STRATA_CHECK(w.packed != nullptr && w.scales_e8m0 != nullptr && w.group == 32 && w.k % 32 == 0);
+  const Luts& L = luts();
+  PackedFp4Weight p;
+  p.n = w.n;
+  p.k = w.k;
+  const int64_t tiles = (w.n + kTile - 1) / kTile, nkb = w.k / 32;
+  p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2)), 0);
+  p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
+  for (int64_t n = 0; n < w.n; ++n) {
+    const int64_t t = n / kTile, l = n % kTile;
+    for (int64_t k = 0; k < w.k; ++k) {
+      const uint8_t byte = w.packed[n * (w.k / 2) + k / 2];
+      const uint8_t code = (k % 2 == 0) ? (byte & 0xf) : (byte >> 4);
+      uint8_t& dst = p.codes[(t * w.k + k) * (kTile / 2) + l / 2];
+      dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
+    }
+    for (int64_t kb = 0; kb < nkb; ++kb)
+      p.scales[(t * nkb + kb) * kTile + l] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
+  }
+  return p;
+}
+
+void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,
+                     ThreadPool* pool) {
+  STRATA_CHECK(a.k == w.k && a.block == w.block_k);
+  run(a, src_of(w), y, out, pool);
+}
+
+void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, OutRound out,
+                     ThreadPool* pool) {
+  check_fp4(a, w.k, 32);
+  run(a, src_of(w), y, out, pool);
+}
+
+namespace {
+struct QuantBuf {
+  std::vector<float> q, s;
+};
+QuantBuf quantize_acts(const float* x, int64_t m, int64_t k, int block) {
+  QuantBuf b;
+  b.q.resize(static_cast<size_t>(m * k));
+  b.s.resize(static_cast<size_t>(m * (k / block)));
+  act_quant_fp8(x, m, k, block, ScaleFmt::kUe8m0, nullptr, b.q.data(), b.s.data());
+  return b;
+}
+}  // namespace
+
+void linear_fp8(const float* x, int64_t m, const Fp8BlockWeight& w, float* y, ThreadPool* pool) {
+  const QuantBuf b = quantize_acts(x, m, w.k, w.block_k);
+  fp8_gemm(QuantActs{b.q.data(), b.s.data(), m, w.k, w.block_k}, w, y, OutRound::kBf16, pool);
+}
+
+void linear_fp4(const float* x, int64_t m, const Fp4Weight& w, int act_block, float* y,
+                ThreadPool* pool) {
+  const QuantBuf b = quantize_acts(x, m, w.k, act_block);
+  fp4_gemm(QuantActs{b.q.data(), b.s.data(), m, w.k, act_block}, w, y, OutRound::kBf16, pool);
+}
+
+void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, float* y,
+                       ThreadPool* pool) {
+  const QuantBuf b = quantize_acts(x, m, w.k, w.block_k);
+  fp8_gemm_packed(QuantActs{b.q.data(), b.s.data(), m, w.k, w.block_k}, w, y, OutRound::kBf16, pool);
+}
+
+void linear_fp4_packed(const float* x, int64_t m, const PackedFp4Weight& w, int act_block,
+                       float* y, ThreadPool* pool) {
+  const QuantBuf b = quantize_acts(x, m, w.k, act_block);
+  fp4_gemm_packed(QuantActs{b.q.data(), b.s.data(), m, w.k, act_block}, w, y, OutRound::kBf16, pool);
+}
+
+void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
+                 OutRound out, ThreadPool* pool) {
+  WeightMatrix wm{WType::kBF16, w, n, k};
+  matmul(x, m, wm, y, pool);
+  if (out == OutRound::kBf16) round_bf16_inplace(y, m * n);
+}
+
+}  // namespace strata::kernels

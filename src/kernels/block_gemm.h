@@ -1,0 +1,133 @@
+// Block-scaled GEMMs of DeepSeek-V4 / V4.1: y[M,N] = x[M,K] · W[N,K]^T with
+//   * FP8 E4M3 weights [N,K] + one UE8M0 (or f32) scale per block_n × block_k tile
+//     (V4.1-tiny golden: 32×32; released V4/V4.1: 128×128), activations FP8-quantized per
+//     block_k along K (act_quant, ue8m0 scales);
+//   * FP4 E2M1 weights packed [N, K/2] (even K index in the low nibble) + one UE8M0 scale per
+//     row per 32 along K (routed experts), activations FP8-quantized per `act_block`
+//     (V4.1: 32, V4: 128; a multiple of 32);
+//   * BF16 weights (plain F.linear in the reference).
+//
+// Reduction order (bit-exact target: tt-metal kernel_cpu.py _block_scaled_gemm, which mirrors
+// the tilelang fp8_gemm/fp4_gemm): for every output (m, n)
+//     acc = 0 (f32)
+//     for kb in 0 .. K/32-or-block_k - 1 (in order):
+//         p   = sum over the kb-th K block of qx[m,k]*qw[n,k] in f32, sequential k with FMA
+//               (p = fma(qx, qw, p) starting from +0: the per-element order of a BLAS sgemm
+//               micro-kernel; the products are exact, so only the partial-sum roundings
+//               inside one block can differ from the reference's BLAS call)
+//         acc = acc + (p * sx[m,kb]) * sw[n,kb]      (each step rounded to f32)
+//     y = bf16(acc)   (OutRound::kBf16; the reference returns torch's default dtype, bf16)
+// The FP4 GEMM walks K in blocks of 32 (the weight group); the activation scale of column
+// block kb is sx[m, kb / (act_block/32)].
+// The same code runs for every M, every N split and every thread count: batch-invariant and
+// thread-count-invariant (work is split over N only, never over K).
+//
+// BF16 linear: y = Σ_k x[k]*w[k] in f32 with the canonical 8-lane order of kernels/matmul.h,
+// then optional bf16 rounding. NOT bit-exact w.r.t. torch's CPU bf16 F.linear (oneDNN, order
+// unknown); expect ~1 bf16 ulp differences.
+//
+// Performance: decode (M = 1..4) should use the packed weights (pack_*_weight at load time):
+// the AVX2 kernel decodes FP8 via F16C and FP4 via a byte shuffle straight into registers,
+// ~10 G weights/s per core on the dev box (FP8 ~10 GB/s, FP4 ~5 GB/s of weight bytes); the
+// raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8). E4M3 NaN codes (0x7F/0xFF) are
+// not expected in weights and decode as 480 on the AVX2 path.
+//
+// Errors: shape mismatches are broken invariants (STRATA_CHECK): K % block_k == 0,
+// act block == block_k for FP8, K % 32 == 0 and act_block % 32 == 0 for FP4.
+// Thread safety: pure functions of their inputs; `pool` may be null (caller thread only).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/act_quant.h"
+
+namespace strata {
+class ThreadPool;
+}
+
+namespace strata::kernels {
+
+enum class OutRound : uint8_t { kBf16, kF32 };
+
+// FP8 E4M3 weight with block scales. Exactly one of scales_e8m0 / scales_f32 is set.
+struct Fp8BlockWeight {
+  const uint8_t* codes = nullptr;        // [N, K] E4M3 bytes
+  const uint8_t* scales_e8m0 = nullptr;  // [ceil(N/block_n), ceil(K/block_k)] UE8M0 bytes
+  const float* scales_f32 = nullptr;     // same shape, f32
+  int64_t n = 0;                         // N (output features)
+  int64_t k = 0;                         // K (input features)
+  int block_n = 128;
+  int block_k = 128;
+};
+
+// FP4 E2M1 weight, two codes per byte, with a UE8M0 scale per row per `group` along K.
+struct Fp4Weight {
+  const uint8_t* packed = nullptr;       // [N, K/2]
+  const uint8_t* scales_e8m0 = nullptr;  // [N, K/group]
+  int64_t n = 0;
+  int64_t k = 0;
+  int group = 32;                        // only 32 is used by DeepSeek (CHECKed)
+};
+
+// FP8-quantized activations (output of act_quant_fp8 with q_vals): values as f32.
+struct QuantActs {
+  const float* q = nullptr;       // [M, K] E4M3 values (exact in f32)
+  const float* scales = nullptr;  // [M, K/block]
+  int64_t m = 0;
+  int64_t k = 0;
+  int block = 128;
+};
+
+// y [M, N] f32 (bf16-rounded when out == kBf16).
+void fp8_gemm(const QuantActs& a, const Fp8BlockWeight& w, float* y, OutRound out,
+              ThreadPool* pool);
+void fp4_gemm(const QuantActs& a, const Fp4Weight& w, float* y, OutRound out, ThreadPool* pool);
+
+// The reference's linear() for quantized weights: act_quant (ue8m0, block = w.block_k for
+// FP8, `act_block` for FP4) of x [M, K] (bf16-valued f32), then the GEMM, bf16 output.
+void linear_fp8(const float* x, int64_t m, const Fp8BlockWeight& w, float* y, ThreadPool* pool);
+void linear_fp4(const float* x, int64_t m, const Fp4Weight& w, int act_block, float* y,
+                ThreadPool* pool);
+// BF16 weight [N, K] (raw bf16 bits), x [M, K] f32; y [M, N].
+void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
+                 OutRound out, ThreadPool* pool);
+
+// ---- Repacked weights (fast path) ----
+// The same FP8 / FP4 bytes, reordered once (e.g. at model load) so that the kernels read
+// 8 output rows per K index contiguously: codes [ceil(N/8)][K][8] (FP8: one byte per row;
+// FP4: 4 bytes per K index, row 2j in the low nibble of byte j). Scales are expanded to one
+// f32 per row per K block ([ceil(N/8)][K/block_k][8]; padding rows 0). Weights stay 1 byte
+// (FP8) or 1/2 byte (FP4) per element: nothing is expanded to f32 in memory. Results are
+// bit-identical to the unpacked kernels.
+struct PackedFp8Weight {
+  int64_t n = 0, k = 0;
+  int block_k = 128;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+struct PackedFp4Weight {
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;  // [ceil(N/8)][K/32][8]
+};
+PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w);
+PackedFp4Weight pack_fp4_weight(const Fp4Weight& w);
+void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,
+                     ThreadPool* pool);
+void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, OutRound out,
+                     ThreadPool* pool);
+void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, float* y,
+                       ThreadPool* pool);
+void linear_fp4_packed(const float* x, int64_t m, const PackedFp4Weight& w, int act_block,
+                       float* y, ThreadPool* pool);
+
+namespace ref {
+// Single-threaded scalar references of the above over output columns [n_begin, n_end).
+void fp8_gemm_cols(const QuantActs& a, const Fp8BlockWeight& w, float* y, OutRound out,
+                   int64_t n_begin, int64_t n_end);
+void fp4_gemm_cols(const QuantActs& a, const Fp4Weight& w, float* y, OutRound out,
+                   int64_t n_begin, int64_t n_end);
+}  // namespace ref
+
+}  // namespace strata::kernels

@@ -1,0 +1,39 @@
+#include "kernels/cpu_features.h"
+
+#include <atomic>
+
+namespace strata::kernels {
+namespace {
+bool detect() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+std::atomic<int> g_isa{-1};
+}  // namespace
+
+bool cpu_has_avx2_fma() {
+  static const bool has = detect();
+  return has;
+}
+
+Isa active_isa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = cpu_has_avx2_fma() ? static_cast<int>(Isa::kAvx2) : static_cast<int>(Isa::kScalar);
+    g_isa.store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(v);
+}
+
+void force_isa(Isa isa) {
+  if (isa == Isa::kAvx2 && !cpu_has_avx2_fma()) isa = Isa::kScalar;
+  g_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+
+}  // namespace strata::kernels

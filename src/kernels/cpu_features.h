@@ -1,0 +1,24 @@
+// CPU feature detection and kernel-ISA selection.
+//
+// Every kernel has a plain scalar reference and (where it matters) an AVX2/FMA version
+// compiled with __attribute__((target("avx2,fma"))), selected at run time. The scalar
+// references emulate the exact 8-lane FMA accumulation order of the AVX2 versions, so the
+// two produce bit-identical results: a model's numerics do not depend on which CPU runs it.
+//
+// Thread safety: detection is done once; force_isa() is for tests/benchmarks only and must
+// not race with running kernels.
+#pragma once
+
+namespace strata::kernels {
+
+enum class Isa { kScalar, kAvx2 };
+
+// True when the CPU supports AVX2 and FMA.
+bool cpu_has_avx2_fma();
+// The ISA kernels use now (kAvx2 when available, unless forced).
+Isa active_isa();
+// Forces an ISA (kAvx2 is ignored when the CPU lacks it). For tests and benchmarks.
+void force_isa(Isa isa);
+const char* isa_name(Isa isa);
+
+}  // namespace strata::kernels

@@ -1,0 +1,87 @@
+#include "kernels/membw.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
+
+namespace strata::kernels {
+namespace {
+
+__attribute__((target("avx2,fma"))) float sum_avx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  float r = 0;
+  for (float v : t) r += v;
+  for (; i < n; ++i) r += p[i];
+  return r;
+}
+
+float sum_scalar(const float* p, int64_t n) {
+  float a[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) a[l] += p[i + l];
+  for (; i < n; ++i) a[0] += p[i];
+  return a[0] + a[1] + a[2] + a[3];
+}
+
+}  // namespace
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+  const int threads = pool.num_threads();
+  // First touch from the worker that will read each slice.
+  const int64_t chunk = (n / threads) & ~int64_t{63};
+  auto slice = [&](int64_t t, int64_t* b, int64_t* e) {
+    *b = t * chunk;
+    *e = t + 1 == threads ? n : (t + 1) * chunk;
+  };
+  pool.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t b, e;
+      slice(t, &b, &e);
+      std::fill(buf.get() + b, buf.get() + e, 1.0f);
+    }
+  });
+  const bool avx = active_isa() == Isa::kAvx2;
+  std::atomic<uint32_t> sink{0};
+  double best = 0;
+  for (int p = 0; p <= passes; ++p) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(threads, [&](int64_t a, int64_t z) {
+      float s = 0;
+      for (int64_t t = a; t < z; ++t) {
+        int64_t b, e;
+        slice(t, &b, &e);
+        s += avx ? sum_avx2(buf.get() + b, e - b) : sum_scalar(buf.get() + b, e - b);
+      }
+      sink.fetch_add(static_cast<uint32_t>(s), std::memory_order_relaxed);
+    });
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (p > 0) best = std::max(best, static_cast<double>(n) * sizeof(float) / sec);
+  }
+  return best;
+}
+
+}  // namespace strata::kernels

@@ -1,0 +1,262 @@
+// Serving-format codecs. See quant_formats.h for the rules and their sources.
+#include "kernels/quant_formats.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/check.h"
+
+namespace strata::quant {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float block_amax(const float* x, int n) {
+  float m = 0.f;
+  for (int i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));
+  return m;
+}
+
+float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+float fp8_scale(const float* x, int block) {
+  float amax = std::fmax(block_amax(x, block), 1e-4f);
+  return pow2_ceil(amax * (1.0f / kE4m3Max));
+}
+float fp4_ue8m0_scale(const float* x, int block) {
+  float amax = std::fmax(block_amax(x, block), 6.0f * std::ldexp(1.0f, -126));
+  return pow2_ceil(amax * (1.0f / kE2m1Max));
+}
+float fp4_e4m3_scale(const float* x, int block) {
+  float amax = std::fmax(block_amax(x, block), 6.0f * std::ldexp(1.0f, -9));
+  return e4m3_round(amax / kE2m1Max);
+}
+
+}  // namespace
+
+float pow2_ceil(float a) {
+  uint32_t u = bits_of(a);
+  uint32_t e = (u >> 23) & 0xffu;
+  uint32_t m = u & 0x7fffffu;
+  if (m) e += 1;
+  return float_of(e << 23);
+}
+
+uint8_t e4m3_encode(float x) {
+  if (std::isnan(x)) return 0x7f;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  float a = std::fabs(x);
+  if (a >= kE4m3Max) return sign | 0x7e;  // saturate (448 = 0x7E)
+  // Find exponent: normal range 2^-6 .. 2^8, 3 mantissa bits; subnormal step 2^-9.
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  int exp_unbiased = e - 1;  // a in [2^exp, 2^(exp+1))
+  if (a == 0.f) return sign;
+  if (exp_unbiased < -6) {
+    // Subnormal: value = m * 2^-9, m in 0..7 (m == 8 carries into the smallest normal).
+    float m = std::nearbyint(a * 512.0f);  // default rounding mode: ties to even
+    int mi = static_cast<int>(m);
+    if (mi >= 8) return sign | 0x08;
+    return sign | static_cast<uint8_t>(mi);
+  }
+  // Normal: a = (1 + k/8) * 2^exp. Round k (scaled to 8..16) to nearest even.
+  float scaled = std::ldexp(a, 3 - exp_unbiased);  // in [8, 16)
+  int mant = static_cast<int>(std::nearbyint(scaled));
+  if (mant == 16) {
+    mant = 8;
+    exp_unbiased += 1;
+  }
+  int biased = exp_unbiased + 7;
+  if (biased > 15 || (biased == 15 && mant - 8 == 7)) return sign | 0x7e;
+  return sign | static_cast<uint8_t>((biased << 3) | (mant - 8));
+}
+
+float e4m3_decode(uint8_t b) {
+  int sign = b & 0x80 ? -1 : 1;
+  int exp = (b >> 3) & 0xf;
+  int mant = b & 7;
+  if (exp == 15 && mant == 7) return std::numeric_limits<float>::quiet_NaN();
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
+  return sign * std::ldexp(1.0f + mant / 8.0f, exp - 7);
+}
+
+float e4m3_round(float x) {
+  if (std::isnan(x)) return x;
+  float a = std::fabs(x);
+  float r;
+  if (a >= kE4m3Max) {
+    r = kE4m3Max;
+  } else if (a < std::ldexp(1.0f, -6)) {
+    r = std::nearbyint(a * 512.0f) / 512.0f;
+  } else {
+    // Spacing of E4M3 numbers in [2^k, 2^(k+1)) is 2^(k-3).
+    int k = static_cast<int>(std::floor(std::log2(a)));
+    if (std::ldexp(1.0f, k) > a) --k;  // guard log2 rounding
+    if (std::ldexp(1.0f, k + 1) <= a) ++k;
+    float step = std::ldexp(1.0f, k - 3);
+    r = std::nearbyint(a / step) * step;
+    if (r > kE4m3Max) r = kE4m3Max;
+  }
+  return std::signbit(x) ? -r : r;
+}
+
+uint8_t e2m1_encode(float x) {
+  static const float kVals[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  float a = std::fabs(x);
+  int best = 0;
+  float bd = std::fabs(a - kVals[0]);
+  for (int k = 1; k < 8; ++k) {
+    float d = std::fabs(a - kVals[k]);
+    if (d < bd || (d == bd && (k % 2) == 0)) {
+      bd = d;
+      best = k;
+    }
+  }
+  return static_cast<uint8_t>((std::signbit(x) ? 8 : 0) | best);
+}
+
+float e2m1_decode(uint8_t nib) {
+  static const float kVals[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  float v = kVals[nib & 7];
+  return (nib & 8) ? -v : v;
+}
+
+float e2m1_round(float x) {
+  // Grid spacing: 0.5 in [0, 2), 1 in [2, 4), 2 in [4, 6]. Round half to even *code*:
+  // within each segment the even codes are the ones at even multiples of the spacing
+  // (0, 1, 2 | 2 ... ; 4 is code 6 even, 6 code 7 odd) -- except at segment joins:
+  // 1.75 -> 2 (code 4 even), 3.5 -> 4 (code 6 even), 5 -> 4 (code 6 even).
+  float a = std::fabs(x);
+  float r;
+  if (a < 2.f) {
+    r = std::nearbyint(a * 2.f) / 2.f;  // ties: even multiple of 0.5 = even code
+  } else if (a < 4.f) {
+    r = std::nearbyint(a);  // 2.5 -> 2 (code 4), 3.5 -> 4 (code 6): both even codes
+  } else {
+    r = a > 5.f ? 6.f : 4.f;  // 5 -> 4 (code 6 even)
+  }
+  if (r > 6.f) r = 6.f;
+  return std::signbit(x) ? -r : r;
+}
+
+uint8_t ue8m0_encode(float pow2) {
+  uint32_t u = bits_of(pow2);
+  STRATA_CHECK_MSG((u & 0x807fffffu) == 0 && ((u >> 23) & 0xff) != 0 && ((u >> 23) & 0xff) != 0xff,
+                   "ue8m0_encode: {} is not a positive normal power of two", pow2);
+  return static_cast<uint8_t>(u >> 23);
+}
+
+float ue8m0_decode(uint8_t b) {
+  if (b == 0xff) return std::numeric_limits<float>::quiet_NaN();
+  if (b == 0) return std::ldexp(1.0f, -127);
+  return float_of(static_cast<uint32_t>(b) << 23);
+}
+
+// ---- FP8 / UE8M0 ----
+void fp8_ue8m0_quantize(const float* x, int n, int block, uint8_t* codes, uint8_t* scales) {
+  STRATA_CHECK(block > 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
+    float s = fp8_scale(xb, block);
+    scales[b] = ue8m0_encode(s);
+    for (int i = 0; i < block; ++i)
+      codes[b * block + i] = e4m3_encode(clampf(xb[i] / s, -kE4m3Max, kE4m3Max));
+  }
+}
+void fp8_ue8m0_dequantize(const uint8_t* codes, const uint8_t* scales, int n, int block,
+                          float* out) {
+  STRATA_CHECK(block > 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    float s = ue8m0_decode(scales[b]);
+    for (int i = 0; i < block; ++i) out[b * block + i] = e4m3_decode(codes[b * block + i]) * s;
+  }
+}
+void fp8_ue8m0_qdq(float* x, int n, int block) {
+  STRATA_CHECK(block > 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    float* xb = x + b * block;
+    float s = fp8_scale(xb, block);
+    for (int i = 0; i < block; ++i)
+      xb[i] = bf16_decode(bf16_encode(e4m3_round(clampf(xb[i] / s, -kE4m3Max, kE4m3Max)) * s));
+  }
+}
+
+// ---- FP4 ----
+namespace {
+template <typename ScaleFn, typename EncodeScale>
+void fp4_quantize(const float* x, int n, int block, uint8_t* packed, uint8_t* scales,
+                  ScaleFn scale_fn, EncodeScale enc) {
+  STRATA_CHECK(block > 0 && block % 2 == 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
+    float s = scale_fn(xb, block);
+    scales[b] = enc(s);
+    for (int i = 0; i < block; i += 2) {
+      uint8_t lo = e2m1_encode(clampf(xb[i] / s, -kE2m1Max, kE2m1Max));
+      uint8_t hi = e2m1_encode(clampf(xb[i + 1] / s, -kE2m1Max, kE2m1Max));
+      packed[(b * block + i) / 2] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+template <typename DecodeScale>
+void fp4_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block, float* out,
+                    DecodeScale dec) {
+  STRATA_CHECK(block > 0 && block % 2 == 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    float s = dec(scales[b]);
+    for (int i = 0; i < block; ++i) {
+      int idx = b * block + i;
+      uint8_t byte = packed[idx / 2];
+      out[idx] = e2m1_decode(idx % 2 ? byte >> 4 : byte & 0xf) * s;
+    }
+  }
+}
+template <typename ScaleFn>
+void fp4_qdq(float* x, int n, int block, ScaleFn scale_fn) {
+  STRATA_CHECK(block > 0 && n % block == 0);
+  for (int b = 0; b < n / block; ++b) {
+    float* xb = x + b * block;
+    float s = scale_fn(xb, block);
+    for (int i = 0; i < block; ++i)
+      xb[i] = bf16_decode(bf16_encode(e2m1_round(clampf(xb[i] / s, -kE2m1Max, kE2m1Max)) * s));
+  }
+}
+}  // namespace
+
+void fp4_ue8m0_quantize(const float* x, int n, int block, uint8_t* packed, uint8_t* scales) {
+  fp4_quantize(x, n, block, packed, scales, fp4_ue8m0_scale, ue8m0_encode);
+}
+void fp4_ue8m0_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block,
+                          float* out) {
+  fp4_dequantize(packed, scales, n, block, out, ue8m0_decode);
+}
+void fp4_ue8m0_qdq(float* x, int n, int block) { fp4_qdq(x, n, block, fp4_ue8m0_scale); }
+
+void fp4_e4m3_quantize(const float* x, int n, int block, uint8_t* packed, uint8_t* scales) {
+  fp4_quantize(x, n, block, packed, scales, fp4_e4m3_scale, e4m3_encode);
+}
+void fp4_e4m3_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block,
+                         float* out) {
+  fp4_dequantize(packed, scales, n, block, out, e4m3_decode);
+}
+void fp4_e4m3_qdq(float* x, int n, int block) { fp4_qdq(x, n, block, fp4_e4m3_scale); }
+
+uint16_t bf16_encode(float f) {
+  uint32_t u = bits_of(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float bf16_decode(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+
+}  // namespace strata::quant

@@ -1,0 +1,264 @@
+// DeepseekV41Weights loader: names and shapes per spec §4.2 and the reference model.py
+// module tree (Block / Attention / Compressor / Indexer / MoE / Engram / DSparkBlock).
+#include "model/deepseek_v41_weights.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+class V41WeightLoader {
+ public:
+  V41WeightLoader(const SafetensorsCheckpoint& ckpt, DeepseekV41Weights* w)
+      : ckpt_(ckpt), w_(w) {}
+
+  enum Group { kBackbone, kExperts, kEngram, kDraft };
+  Group group = kBackbone;
+
+  StatusOr<TensorView> get(const std::string& name, DType dt, std::vector<int64_t> shape) {
+    STRATA_ASSIGN_OR_RETURN(TensorView v, ckpt_.get(name, dt, shape));
+    account(v);
+    return v;
+  }
+  StatusOr<TensorView> get_optional(const std::string& name, DType dt,
+                                    std::vector<int64_t> shape) {
+    if (!ckpt_.has(name)) return TensorView{};
+    return get(name, dt, shape);
+  }
+  bool has(const std::string& name) const { return ckpt_.has(name); }
+
+  // FP8 dense linear (`X.weight` F8_E4M3 + `X.scale`), or BF16 when the file stores it so.
+  StatusOr<V41Linear> fp8_linear(const std::string& base, int64_t out, int64_t in, int block) {
+    V41Linear l;
+    l.out = out;
+    l.in = in;
+    l.block = block;
+    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
+    if (probe.dtype == DType::kBF16) {
+      l.kind = V41WeightKind::kBf16;
+      STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
+      return l;
+    }
+    l.kind = V41WeightKind::kFp8;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kF8_E4M3, {out, in}));
+    STRATA_ASSIGN_OR_RETURN(
+        l.scale, get(base + ".scale", DType::kF8_E8M0, {ceil_div(out, block), ceil_div(in, block)}));
+    return l;
+  }
+  StatusOr<V41Linear> fp4_linear(const std::string& base, int64_t out, int64_t in) {
+    V41Linear l;
+    l.kind = V41WeightKind::kFp4;
+    l.out = out;
+    l.in = in;
+    l.block = 32;
+    if (in % 32 != 0) return failed_precondition("{}: FP4 in-features {} not a multiple of 32", base, in);
+    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
+    DType dt = probe.dtype == DType::kU8 ? DType::kU8 : DType::kI8;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", dt, {out, in / 2}));
+    STRATA_ASSIGN_OR_RETURN(l.scale, get(base + ".scale", DType::kF8_E8M0, {out, in / 32}));
+    return l;
+  }
+  StatusOr<V41Linear> bf16_linear(const std::string& base, int64_t out, int64_t in) {
+    V41Linear l;
+    l.kind = V41WeightKind::kBf16;
+    l.out = out;
+    l.in = in;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
+    return l;
+  }
+
+  Status load_block(const DeepseekConfig& c, int layer_id, bool draft, V41BlockWeights* b);
+
+  int64_t used() const { return static_cast<int64_t>(used_.size()); }
+
+ private:
+  void account(const TensorView& v) {
+    if (!used_.insert(v.name).second) return;
+    int64_t n = static_cast<int64_t>(v.num_bytes);
+    switch (group) {
+      case kBackbone: w_->bytes_backbone_ += n; break;
+      case kExperts: w_->bytes_experts_ += n; break;
+      case kEngram: w_->bytes_engram_ += n; break;
+      case kDraft: w_->bytes_draft_ += n; break;
+    }
+  }
+  const SafetensorsCheckpoint& ckpt_;
+  DeepseekV41Weights* w_;
+  std::set<std::string> used_;
+};
+
+Status V41WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool draft,
+                                   V41BlockWeights* b) {
+  const LayerSchedule& ls = c.layers[layer_id];
+  const int stage = layer_id - c.n_layers;
+  b->layer_id = layer_id;
+  b->prefix = draft ? fmt::format("mtp.{}.", stage) : fmt::format("layers.{}.", layer_id);
+  const std::string& p = b->prefix;
+  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int blk = c.weight_block_size > 0 ? c.weight_block_size : 32;
+  group = draft ? kDraft : kBackbone;
+
+  STRATA_ASSIGN_OR_RETURN(b->attn_norm, get(p + "attn_norm.weight", DType::kBF16, {D}));
+  STRATA_ASSIGN_OR_RETURN(b->ffn_norm, get(p + "ffn_norm.weight", DType::kBF16, {D}));
+  auto load_mhc = [&](const std::string& n, V41MhcWeights* m) -> Status {
+    STRATA_ASSIGN_OR_RETURN(m->fn, get(p + n + "_fn", DType::kF32, {mix, hc * D}));
+    STRATA_ASSIGN_OR_RETURN(m->base, get(p + n + "_base", DType::kF32, {mix}));
+    STRATA_ASSIGN_OR_RETURN(m->scale, get(p + n + "_scale", DType::kF32, {3}));
+    return ok_status();
+  };
+  STRATA_RETURN_IF_ERROR(load_mhc("hc_attn", &b->hc_attn));
+  STRATA_RETURN_IF_ERROR(load_mhc("hc_ffn", &b->hc_ffn));
+
+  // Attention.
+  const int64_t H = c.n_heads, hd = c.head_dim, ql = c.q_lora_rank;
+  const std::string a = p + "attn.";
+  V41AttentionWeights& at = b->attn;
+  STRATA_ASSIGN_OR_RETURN(at.attn_sink, get(a + "attn_sink", DType::kF32, {H}));
+  STRATA_ASSIGN_OR_RETURN(at.wq_a, fp8_linear(a + "wq_a", ql, D, blk));
+  STRATA_ASSIGN_OR_RETURN(at.q_norm, get(a + "q_norm.weight", DType::kBF16, {ql}));
+  STRATA_ASSIGN_OR_RETURN(at.wq_b, fp8_linear(a + "wq_b", H * hd, ql, blk));
+  STRATA_ASSIGN_OR_RETURN(at.wkv, fp8_linear(a + "wkv", hd, D, blk));
+  STRATA_ASSIGN_OR_RETURN(at.kv_norm, get(a + "kv_norm.weight", DType::kBF16, {hd}));
+  STRATA_ASSIGN_OR_RETURN(at.wo_a, fp8_linear(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
+                                              H * hd / c.o_groups, blk));
+  STRATA_ASSIGN_OR_RETURN(at.wo_b, fp8_linear(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank, blk));
+  if (!draft && ls.has_compressor) {
+    at.compressor.present = true;
+    STRATA_ASSIGN_OR_RETURN(at.compressor.wkv, bf16_linear(a + "compressor.wkv", hd, D));
+    if (ls.ratio > 1) {
+      STRATA_ASSIGN_OR_RETURN(at.compressor.wgate, bf16_linear(a + "compressor.wgate", hd, D));
+    }
+    STRATA_ASSIGN_OR_RETURN(at.compressor.norm, get(a + "compressor.norm.weight", DType::kBF16, {hd}));
+  }
+  if (!draft && ls.has_indexer) {
+    V41IndexerWeights& ix = at.indexer;
+    ix.present = true;
+    const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+    STRATA_ASSIGN_OR_RETURN(ix.wq_b, fp8_linear(a + "indexer.wq_b", ih * id, ql, blk));
+    STRATA_ASSIGN_OR_RETURN(ix.weights_proj, bf16_linear(a + "indexer.weights_proj", ih, D));
+    ix.owns_k = ls.owns_index_keys;
+    if (ix.owns_k) {
+      STRATA_ASSIGN_OR_RETURN(ix.wk, bf16_linear(a + "indexer.wk", id, hd));
+      STRATA_ASSIGN_OR_RETURN(ix.k_norm, get(a + "indexer.k_norm.weight", DType::kBF16, {id}));
+    }
+  }
+
+  // MoE.
+  const std::string f = p + "ffn.";
+  const int64_t E = ls.n_routed_experts, I = c.moe_inter_dim;
+  STRATA_ASSIGN_OR_RETURN(b->ffn.gate_weight, get(f + "gate.weight", DType::kBF16, {E, D}));
+  STRATA_ASSIGN_OR_RETURN(b->ffn.gate_bias, get(f + "gate.bias", DType::kF32, {E}));
+  STRATA_ASSIGN_OR_RETURN(b->ffn.gate_bias_vl, get_optional(f + "gate.bias_vl", DType::kF32, {E}));
+  if (!draft) group = kExperts;
+  b->ffn.experts.resize(E);
+  const bool fp4 = c.expert_dtype == "fp4";
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = fmt::format("{}experts.{}.", f, e);
+    V41ExpertWeights& ew = b->ffn.experts[e];
+    if (fp4) {
+      STRATA_ASSIGN_OR_RETURN(ew.w1, fp4_linear(x + "w1", I, D));
+      STRATA_ASSIGN_OR_RETURN(ew.w2, fp4_linear(x + "w2", D, I));
+      STRATA_ASSIGN_OR_RETURN(ew.w3, fp4_linear(x + "w3", I, D));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(ew.w1, fp8_linear(x + "w1", I, D, blk));
+      STRATA_ASSIGN_OR_RETURN(ew.w2, fp8_linear(x + "w2", D, I, blk));
+      STRATA_ASSIGN_OR_RETURN(ew.w3, fp8_linear(x + "w3", I, D, blk));
+    }
+  }
+  group = draft ? kDraft : kBackbone;
+  if (c.n_shared_experts != 1)
+    return failed_precondition("n_shared_experts = {}: the V4.1 reference requires 1", c.n_shared_experts);
+  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w1, fp8_linear(f + "shared_experts.w1", I, D, blk));
+  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w2, fp8_linear(f + "shared_experts.w2", D, I, blk));
+  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w3, fp8_linear(f + "shared_experts.w3", I, D, blk));
+
+  // Engram.
+  if (!draft && ls.engram_before) {
+    group = kEngram;
+    V41EngramWeights& en = b->engram;
+    en.present = true;
+    const int64_t rows = c.engram_num_embeddings[ls.engram_slot];
+    const int64_t ed = c.engram_head_dim;
+    const int64_t cols = int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads * ed;
+    STRATA_ASSIGN_OR_RETURN(en.table, get(p + "engram.embed.weight", DType::kF8_E4M3, {rows, ed}));
+    STRATA_ASSIGN_OR_RETURN(en.table_scale,
+                            get(p + "engram.embed.scale", DType::kF8_E8M0, {rows, ceil_div(ed, 32)}));
+    STRATA_ASSIGN_OR_RETURN(en.wkv, fp8_linear(p + "engram.wkv", D * (hc + 1), cols, blk));
+    STRATA_ASSIGN_OR_RETURN(en.q_weight, get(p + "engram.q_weight", DType::kBF16, {hc, D}));
+    STRATA_ASSIGN_OR_RETURN(en.k_weight, get(p + "engram.k_weight", DType::kBF16, {hc, D}));
+    group = kBackbone;
+  }
+
+  // DSpark extras.
+  if (draft) {
+    if (stage == 0) {
+      const int64_t nt = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+      STRATA_ASSIGN_OR_RETURN(b->main_proj, fp8_linear(p + "main_proj", D, D * nt, blk));
+      STRATA_ASSIGN_OR_RETURN(b->main_norm, get(p + "main_norm.weight", DType::kBF16, {D}));
+    }
+    if (stage == c.n_draft_layers - 1 && c.dspark_block_size > 0) {
+      const int64_t V = c.vocab_size, r = c.dspark_markov_rank;
+      STRATA_ASSIGN_OR_RETURN(b->stage_norm, get(p + "norm.weight", DType::kBF16, {D}));
+      STRATA_ASSIGN_OR_RETURN(b->markov_embed, get(p + "markov_head.embed.weight", DType::kBF16, {V, r}));
+      STRATA_ASSIGN_OR_RETURN(b->markov_head, get(p + "markov_head.head.weight", DType::kBF16, {V, r}));
+      STRATA_ASSIGN_OR_RETURN(b->confidence_proj,
+                              get(p + "confidence_head.proj.weight", DType::kBF16, {1, D + r}));
+    }
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<DeepseekV41Weights>> DeepseekV41Weights::load(
+    const SafetensorsCheckpoint& checkpoint, const DeepseekConfig& config) {
+  if (!config.is_v41()) return failed_precondition("DeepseekV41Weights: config is not V4.1");
+  if (static_cast<int>(config.layers.size()) != config.total_layers())
+    return failed_precondition("DeepseekV41Weights: config not finalized (no layer schedule)");
+  std::unique_ptr<DeepseekV41Weights> w(new DeepseekV41Weights());
+  w->config_ = config;
+  V41WeightLoader ld(checkpoint, w.get());
+  const int64_t V = config.vocab_size, D = config.dim;
+  STRATA_ASSIGN_OR_RETURN(w->embed_, ld.get("embed.weight", DType::kBF16, {V, D}));
+  STRATA_ASSIGN_OR_RETURN(w->head_, ld.get("head.weight", DType::kBF16, {V, D}));
+  STRATA_ASSIGN_OR_RETURN(w->norm_, ld.get("norm.weight", DType::kBF16, {D}));
+  w->layers_.resize(config.n_layers);
+  for (int i = 0; i < config.n_layers; ++i) {
+    Status st = ld.load_block(config, i, false, &w->layers_[i]);
+    if (!st.ok()) return st.with_context(fmt::format("layer {}", i));
+  }
+  // DSpark stages are optional in the file only if the config declares none.
+  const bool has_drafts = config.n_draft_layers > 0 && checkpoint.has("mtp.0.attn_norm.weight");
+  if (config.n_draft_layers > 0 && !has_drafts)
+    return failed_precondition("config declares {} DSpark stages but mtp.0.* is missing in {}",
+                               config.n_draft_layers, checkpoint.dir());
+  if (has_drafts) {
+    w->drafts_.resize(config.n_draft_layers);
+    for (int k = 0; k < config.n_draft_layers; ++k) {
+      Status st = ld.load_block(config, config.n_layers + k, true, &w->drafts_[k]);
+      if (!st.ok()) return st.with_context(fmt::format("DSpark stage mtp.{}", k));
+    }
+  }
+  w->num_used_ = ld.used();
+  w->num_ignored_ = static_cast<int64_t>(checkpoint.names().size()) - w->num_used_;
+  return w;
+}
+
+std::string DeepseekV41Weights::report() const {
+  auto gb = [](int64_t b) { return static_cast<double>(b) / 1e6; };
+  std::string s;
+  s += fmt::format("tensors: {} used, {} ignored\n", num_used_, num_ignored_);
+  s += fmt::format("backbone (attention, norms, mHC, gates, shared experts, embed, head): {:.3f} MB\n",
+                   gb(bytes_backbone_));
+  s += fmt::format("routed experts: {:.3f} MB\n", gb(bytes_experts_));
+  s += fmt::format("engram tables + projections: {:.3f} MB\n", gb(bytes_engram_));
+  s += fmt::format("DSpark stages (mtp.*, {} loaded, not run): {:.3f} MB\n", drafts_.size(),
+                   gb(bytes_draft_));
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,476 @@
+#include "sched/engine.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "sched/request_sampler.h"
+#include "sched/stop_checker.h"
+
+namespace strata {
+
+using Clock = std::chrono::steady_clock;
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- RequestStream
+
+std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (queue_.empty() && final_) {
+    RequestEvent e;
+    e.finished = true;
+    e.finish_reason = final_->finish_reason;
+    e.error = final_->error;
+    e.prompt_tokens = final_->prompt_tokens;
+    e.completion_tokens = final_->completion_tokens;
+    e.cached_tokens = final_->cached_tokens;
+    return e;
+  }
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+  RequestEvent merged = std::move(queue_.front());
+  queue_.pop_front();
+  while (!queue_.empty() && !merged.finished) {
+    RequestEvent& e = queue_.front();
+    merged.tokens.insert(merged.tokens.end(), e.tokens.begin(), e.tokens.end());
+    merged.logprobs.insert(merged.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    merged.text += e.text;
+    merged.finished = e.finished;
+    merged.finish_reason = e.finish_reason;
+    merged.error = e.error;
+    merged.prompt_tokens = e.prompt_tokens;
+    merged.completion_tokens = e.completion_tokens;
+    merged.cached_tokens = e.cached_tokens;
+    queue_.pop_front();
+  }
+  if (merged.finished) final_ = merged;
+  return merged;
+}
+
+void RequestStream::cancel() {
+  if (engine_ != nullptr) engine_->cancel(id_);
+}
+
+void RequestStream::push(RequestEvent event) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------- Engine
+
+struct Engine::Active {
+  RequestId id = 0;
+  SeqId seq;
+  GenerationParams params;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<RequestSampler> sampler;
+  std::unique_ptr<StopChecker> stop;
+  int64_t prompt_tokens = 0;
+  int64_t max_new_tokens = 0;  // after clipping to the context
+  int64_t generated = 0;
+  std::string utf8_pending;    // bytes of an incomplete UTF-8 character
+  int32_t prev_token = -1;
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_scheduled;
+  std::vector<Clock::time_point> token_times;
+  bool prefill_counted = false;
+};
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Length of the UTF-8 sequence a lead byte starts; 0 for an invalid lead byte.
+int utf8_length(unsigned char c) {
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return 2;
+  if (c >= 0xE0 && c <= 0xEF) return 3;
+  if (c >= 0xF0 && c <= 0xF4) return 4;
+  return 0;
+}
+
+// Moves the complete UTF-8 characters at the front of `pending` to the result; invalid
+// bytes become U+FFFD. An incomplete character at the end stays in `pending`.
+std::string take_complete_utf8(std::string& pending) {
+  std::string out;
+  size_t i = 0;
+  while (i < pending.size()) {
+    const auto c = static_cast<unsigned char>(pending[i]);
+    const int len = utf8_length(c);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    if (i + len > pending.size()) {
+      // Incomplete: keep it if the bytes so far are valid continuations.
+      bool ok = true;
+      for (size_t j = i + 1; j < pending.size(); ++j) {
+        ok = ok && (static_cast<unsigned char>(pending[j]) & 0xC0) == 0x80;
+      }
+      if (ok) break;
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    bool ok = true;
+    for (int j = 1; j < len; ++j) {
+      ok = ok && (static_cast<unsigned char>(pending[i + j]) & 0xC0) == 0x80;
+    }
+    if (!ok) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    out.append(pending, i, len);
+    i += len;
+  }
+  pending.erase(0, i);
+  return out;
+}
+
+}  // namespace
+
+Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, EngineOptions options)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      options_(options),
+      scheduler_(runner, options.scheduler) {
+  publish_stats();
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::set_observer(EngineObserver* observer) { observer_ = observer; }
+
+void Engine::start() {
+  std::lock_guard lock(mu_);
+  STRATA_CHECK(!thread_.joinable() && !stopping_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Everything still queued or running ends with an error (never a silent success).
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+    for (Incoming& in : incoming_) {
+      RequestEvent e;
+      e.finished = true;
+      e.finish_reason = FinishReason::kError;
+      e.error = Status(StatusCode::kUnavailable, "server is shutting down");
+      e.prompt_tokens = static_cast<int64_t>(in.prompt.size());
+      in.stream->push(std::move(e));
+    }
+    incoming_.clear();
+  }
+  std::vector<RequestId> ids;
+  for (auto& [id, a] : active_) ids.push_back(id);
+  for (RequestId id : ids) {
+    finish(*active_.at(id), FinishReason::kError,
+           Status(StatusCode::kUnavailable, "server is shutting down"));
+  }
+  publish_stats();
+}
+
+bool Engine::serving() const {
+  std::lock_guard lock(mu_);
+  return !stopping_;
+}
+
+StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> prompt,
+                                                        GenerationParams params) {
+  const ModelInfo& info = runner_->info();
+  if (prompt.empty()) return invalid_argument("prompt is empty");
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= info.vocab_size) {
+      return invalid_argument("prompt token {} is outside the vocabulary [0, {})", t,
+                              info.vocab_size);
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) >= info.max_context) {
+    return out_of_range(
+        "This model's maximum context length is {} tokens, but the prompt has {} tokens "
+        "(at least one token must be left for the completion)",
+        info.max_context, prompt.size());
+  }
+  if (params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (!(params.temperature >= 0.0)) return invalid_argument("temperature must be >= 0");
+  if (!(params.top_p > 0.0 && params.top_p <= 1.0)) return invalid_argument("top_p must be in (0, 1]");
+  if (!(params.min_p >= 0.0 && params.min_p <= 1.0)) return invalid_argument("min_p must be in [0, 1]");
+  if (params.top_k < -1) return invalid_argument("top_k must be -1 (off) or positive");
+  if (params.logprobs > 20) return invalid_argument("logprobs must be at most 20");
+  for (int32_t t : params.stop_token_ids) {
+    if (t < 0 || t >= info.vocab_size) return invalid_argument("stop token {} out of range", t);
+  }
+  std::shared_ptr<RequestStream> stream;
+  int64_t waiting = 0;
+  {
+    std::lock_guard lock(stats_mu_);
+    waiting = stats_.num_waiting;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return Status(StatusCode::kUnavailable, "server is shutting down");
+    if (static_cast<int64_t>(incoming_.size()) + waiting >= options_.max_waiting) {
+      return Status(StatusCode::kResourceExhausted, "too many waiting requests");
+    }
+    const RequestId id = next_id_++;
+    stream = std::make_shared<RequestStream>(id, this);
+    incoming_.push_back({id, std::move(prompt), std::move(params), stream, Clock::now()});
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+void Engine::loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !cancels_.empty() || scheduler_.has_work();
+      });
+      if (stopping_) return;
+    }
+    iterate();
+  }
+}
+
+bool Engine::step_once() { return iterate(); }
+
+void Engine::publish_stats() {
+  EngineStats s = counters_;
+  s.num_running = scheduler_.num_running();
+  s.num_waiting = scheduler_.num_waiting();
+  const SchedulerCounters& c = scheduler_.counters();
+  s.prefix_cache_queries_total = c.prefix_cache_queries;
+  s.prefix_cache_hits_total = c.prefix_cache_hits;
+  s.num_preemptions_total = c.preemptions;
+  s.cache_usage = runner_->cache_usage();
+  std::lock_guard lock(stats_mu_);
+  stats_ = std::move(s);
+}
+
+bool Engine::iterate() {
+  const auto t0 = Clock::now();
+  // 1. New requests and cancellations.
+  std::deque<Incoming> incoming;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lock(mu_);
+    incoming.swap(incoming_);
+    cancels.swap(cancels_);
+  }
+  const ModelInfo& info = runner_->info();
+  for (Incoming& in : incoming) {
+    auto a = std::make_unique<Active>();
+    a->id = in.id;
+    a->seq = SeqId{in.id};
+    a->params = std::move(in.params);
+    a->stream = std::move(in.stream);
+    a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)));
+    a->stop = std::make_unique<StopChecker>(a->params.stop);
+    a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
+    a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);
+    a->arrival = in.arrival;
+    scheduler_.add(a->seq, std::move(in.prompt), a->params.priority);
+    active_[in.id] = std::move(a);
+  }
+  for (RequestId id : cancels) {
+    auto it = active_.find(id);
+    if (it != active_.end()) finish(*it->second, FinishReason::kCancelled);
+  }
+  if (!scheduler_.has_work()) {
+    publish_stats();
+    return !incoming.empty() || !cancels.empty();
+  }
+
+  // 2. Plan.
+  SchedulePlan plan = scheduler_.plan();
+  for (FailedRequest& f : plan.failed) {
+    auto it = active_.find(f.seq.value);
+    if (it != active_.end()) finish(*it->second, FinishReason::kError, f.status);
+  }
+  if (plan.items.empty()) {
+    publish_stats();
+    return !plan.failed.empty() || !plan.preempted.empty();
+  }
+  for (const ScheduledItem& s : plan.scheduled) {
+    Active& a = *active_.at(s.seq.value);
+    if (!a.first_scheduled) a.first_scheduled = t0;
+  }
+
+  // 3. Forward.
+  std::vector<float> logits;
+  const auto t1 = Clock::now();
+  Status st = runner_->step(plan.items, &logits);
+  const auto t2 = Clock::now();
+  counters_.forward_seconds_total += seconds(t2 - t1);
+  ++counters_.steps_total;
+  if (st.code() == StatusCode::kResourceExhausted) {
+    for (FailedRequest& f : scheduler_.preempt_for_retry(plan)) {
+      auto it = active_.find(f.seq.value);
+      if (it != active_.end()) finish(*it->second, FinishReason::kError, f.status);
+    }
+    counters_.schedule_seconds_total += seconds(t1 - t0);
+    publish_stats();
+    return true;
+  }
+  if (!st.ok()) {
+    // Nothing advanced; the requests in this step cannot be trusted to continue.
+    for (const ScheduledItem& s : plan.scheduled) {
+      auto it = active_.find(s.seq.value);
+      if (it != active_.end()) {
+        finish(*it->second, FinishReason::kError, st.with_context("model step failed"));
+      }
+    }
+    counters_.schedule_seconds_total += seconds(t1 - t0);
+    publish_stats();
+    return true;
+  }
+  scheduler_.commit(plan);
+
+  // 4. Sample one token per logits row.
+  const int64_t vocab = info.vocab_size;
+  int64_t rows = 0;
+  for (const StepItem& item : plan.items) rows += item.want_logits ? 1 : 0;
+  STRATA_CHECK_MSG(static_cast<int64_t>(logits.size()) == rows * vocab,
+                   "runner returned {} logits for {} rows of {}", logits.size(), rows, vocab);
+  int64_t row = 0;
+  for (const ScheduledItem& s : plan.scheduled) {
+    if (!s.want_logits) continue;
+    std::span<const float> lrow(logits.data() + row * vocab, vocab);
+    ++row;
+    Active& a = *active_.at(s.seq.value);
+    if (!a.prefill_counted) {
+      a.prefill_counted = true;
+      counters_.prompt_tokens_total += a.prompt_tokens;
+    }
+    SampleResult tok = a.sampler->sample(lrow);
+    handle_token(a, tok.token, a.params.logprobs >= 0 ? &tok.logprob : nullptr);
+  }
+  counters_.schedule_seconds_total += seconds(t1 - t0) + seconds(Clock::now() - t2);
+  publish_stats();
+  return true;
+}
+
+std::string Engine::decode_piece(Active& a, int32_t token) {
+  if (tokenizer_ == nullptr) return {};
+  a.utf8_pending += tokenizer_->token_bytes(token, a.prev_token);
+  a.prev_token = token;
+  return take_complete_utf8(a.utf8_pending);
+}
+
+void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob) {
+  const auto now = Clock::now();
+  a.token_times.push_back(now);
+  ++a.generated;
+  ++counters_.generation_tokens_total;
+  const ModelInfo& info = runner_->info();
+
+  RequestEvent e;
+  FinishReason reason = FinishReason::kNone;
+  // A sampled EOS ends the sequence; so does a sampled BOS (a new document would start;
+  // llama2.c semantics, as exec/generate.h).
+  const bool is_eos = !a.params.ignore_eos && ((info.eos_id >= 0 && token == info.eos_id) ||
+                                               (info.bos_id >= 0 && token == info.bos_id));
+  const bool is_stop_token = std::find(a.params.stop_token_ids.begin(),
+                                       a.params.stop_token_ids.end(),
+                                       token) != a.params.stop_token_ids.end();
+  if (is_eos || is_stop_token) {
+    reason = FinishReason::kStop;
+  } else {
+    e.tokens.push_back(token);
+    if (logprob != nullptr) e.logprobs.push_back(*logprob);
+    e.text = a.stop->push(decode_piece(a, token));
+    if (a.stop->matched()) reason = FinishReason::kStop;
+  }
+  if (reason == FinishReason::kNone && a.generated >= a.max_new_tokens) {
+    reason = FinishReason::kLength;
+  }
+  if (reason == FinishReason::kNone) {
+    a.stream->push(std::move(e));
+    scheduler_.append_token(a.seq, token);
+    return;
+  }
+  // Final: flush held text (not after a stop string match).
+  if (!a.stop->matched()) {
+    if (!a.utf8_pending.empty()) {
+      a.utf8_pending.clear();
+      e.text += a.stop->push("\xEF\xBF\xBD");
+    }
+    e.text += a.stop->flush();
+  }
+  a.stream->push(std::move(e));
+  finish(a, reason);
+}
+
+void Engine::finish(Active& a, FinishReason reason, Status error) {
+  const auto now = Clock::now();
+  const int64_t cached =
+      scheduler_.contains(a.seq) ? scheduler_.cached_prompt_tokens(a.seq) : 0;
+  scheduler_.remove(a.seq);  // releases every state kind right away
+  RequestEvent e;
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = std::move(error);
+  e.prompt_tokens = a.prompt_tokens;
+  e.completion_tokens = a.generated;
+  e.cached_tokens = cached;
+  a.stream->push(std::move(e));
+
+  RequestTimings t;
+  t.queue_s = a.first_scheduled ? seconds(*a.first_scheduled - a.arrival) : 0.0;
+  t.ttft_s = a.token_times.empty() ? -1.0 : seconds(a.token_times.front() - a.arrival);
+  t.e2e_s = seconds(now - a.arrival);
+  for (size_t i = 1; i < a.token_times.size(); ++i) {
+    t.itl_s.push_back(seconds(a.token_times[i] - a.token_times[i - 1]));
+  }
+  t.prompt_tokens = a.prompt_tokens;
+  t.generation_tokens = a.generated;
+  t.finish_reason = reason;
+  ++counters_.requests_finished_total;
+  if (reason == FinishReason::kError) ++counters_.requests_failed_total;
+  if (observer_ != nullptr) observer_->on_request_finished(t);
+  active_.erase(a.id);  // `a` is gone after this line
+}
+
+}  // namespace strata

@@ -1,0 +1,145 @@
+// Engine: the engine loop. One thread drives Scheduler + ModelRunner: each iteration it
+// takes new requests and cancellations, plans a mixed prefill/decode step, runs it,
+// samples one token per finished item, detokenizes, checks stop conditions and pushes
+// events to each request's RequestStream.
+//
+// Lifecycle of a request: submit() validates and queues it (errors: InvalidArgument for a
+// bad prompt or parameters, OutOfRange when the prompt does not leave room for one
+// generated token in the context, Unavailable after shutdown()). It ends exactly once with
+// a final event: finish reason stop (EOS or BOS sampled — unless ignore_eos —, a stop
+// token, a stop string; the stop token itself is not output), length (max_tokens or
+// the context is full: prompt + generated <= max_context), cancelled (cancel(), client
+// gone), or error (the runner failed, it can never fit, shutdown). On every end the
+// scheduler releases all of the sequence's state in the runner before the next step.
+// max_tokens larger than the room left in the context is clipped (finish reason length).
+//
+// Timing (for /metrics, vLLM definitions): queue time = arrival -> first scheduled;
+// TTFT = arrival -> first token; ITL = gaps between consecutive tokens; e2e = arrival ->
+// end. The observer is called on the engine thread; keep it cheap.
+//
+// Thread safety: submit/cancel/stats/shutdown are safe from any thread. step_once() is for
+// tests that drive the engine without its thread (do not mix with start()).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "exec/model_runner.h"
+#include "model/tokenizer.h"
+#include "sched/request.h"
+#include "sched/scheduler.h"
+
+namespace strata {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  uint64_t seed = 0;            // base seed for requests without their own
+  int64_t max_waiting = 4096;   // submit() fails with ResourceExhausted beyond this
+};
+
+struct RequestTimings {
+  double queue_s = 0;           // arrival -> first scheduled (0 if never scheduled)
+  double ttft_s = -1;           // -1 when no token was produced
+  double e2e_s = 0;
+  std::vector<double> itl_s;    // one per token after the first
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void on_request_finished(const RequestTimings& timings) = 0;
+};
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t prompt_tokens_total = 0;       // prompt tokens of requests whose prefill finished
+  int64_t generation_tokens_total = 0;
+  int64_t prefix_cache_queries_total = 0;
+  int64_t prefix_cache_hits_total = 0;
+  int64_t num_preemptions_total = 0;
+  int64_t requests_finished_total = 0;
+  int64_t requests_failed_total = 0;     // finish reason error
+  int64_t steps_total = 0;
+  double schedule_seconds_total = 0;     // planning + sampling/detokenizing
+  double forward_seconds_total = 0;      // runner.step
+  std::vector<CacheUsage> cache_usage;   // after the latest step
+};
+
+class Engine {
+ public:
+  // `runner` must outlive the engine. `tokenizer` may be null (no text, no stop strings).
+  Engine(ModelRunner* runner, const Tokenizer* tokenizer, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& model_info() const { return runner_->info(); }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  void set_observer(EngineObserver* observer);  // call before start()
+
+  void start();
+  // Stops the loop; unfinished requests end with Unavailable. Idempotent.
+  void shutdown();
+  // False once shutdown() began.
+  bool serving() const;
+
+  StatusOr<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt,
+                                                  GenerationParams params);
+  void cancel(RequestId id);
+  EngineStats stats() const;
+
+  // Test hook: runs one iteration on the calling thread; false when there was no work.
+  bool step_once();
+
+ private:
+  struct Active;
+  void loop();
+  bool iterate();
+  void handle_token(Active& a, int32_t token, const TokenLogprob* logprob);
+  void finish(Active& a, FinishReason reason, Status error = Status());
+  void publish_stats();
+  std::string decode_piece(Active& a, int32_t token);
+
+  ModelRunner* runner_;
+  const Tokenizer* tokenizer_;
+  EngineOptions options_;
+  Scheduler scheduler_;
+  EngineObserver* observer_ = nullptr;
+
+  struct Incoming {
+    RequestId id;
+    std::vector<int32_t> prompt;
+    GenerationParams params;
+    std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point arrival;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Incoming> incoming_;
+  std::vector<RequestId> cancels_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  RequestId next_id_ = 1;
+  std::thread thread_;
+
+  std::map<RequestId, std::unique_ptr<Active>> active_;  // engine thread only
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  EngineStats counters_;  // engine thread's running totals
+};
+
+}  // namespace strata

@@ -1,0 +1,92 @@
+// Request-level types shared by the engine loop and the HTTP front end: generation
+// parameters, the events a request produces, and RequestStream, the thread-safe channel
+// through which the engine thread hands a request's output to the thread serving it.
+//
+// Units: token counts; times are steady_clock time points.
+// Thread safety: RequestStream is safe for one producer (engine) and one consumer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata {
+
+using RequestId = int64_t;
+
+struct GenerationParams {
+  int64_t max_tokens = 16;           // generated tokens at most (>= 1)
+  // Sampling. temperature 0 = greedy (argmax, lowest id on ties). Filters apply in the
+  // order top-k, top-p, min-p to the temperature-scaled distribution.
+  double temperature = 1.0;
+  double top_p = 1.0;                // (0, 1]
+  int32_t top_k = -1;                // -1 or 0 = off
+  double min_p = 0.0;                // [0, 1]
+  std::optional<uint64_t> seed;      // per-request RNG seed: same seed + prompt = same text
+  std::vector<std::string> stop;     // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  // Log-probabilities: -1 = none; k >= 0 = logprob of each chosen token plus the top k
+  // alternatives, from the model's raw distribution (log_softmax of the logits).
+  int32_t logprobs = -1;
+  int32_t priority = 0;              // lower runs first (scheduler priority hook)
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
+};
+
+// One event of a request: new tokens and/or the end. `text` is the newly completed UTF-8
+// text (held back while it could still become a stop string).
+struct RequestEvent {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
+  std::string text;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  Status error;                        // set when finish_reason == kError
+  int64_t prompt_tokens = 0;           // filled on the final event
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;           // prompt tokens served from the prefix cache
+};
+
+class Engine;
+
+// The consumer side of a request. Destroying the last reference does not cancel; call
+// cancel() (e.g. on client disconnect).
+class RequestStream {
+ public:
+  RequestStream(RequestId id, Engine* engine) : id_(id), engine_(engine) {}
+  RequestId id() const { return id_; }
+
+  // Waits up to `timeout` for events; returns all queued ones merged into one (tokens and
+  // text concatenated), or nullopt on timeout. After the final event, returns it again.
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request and free its state.
+  void cancel();
+
+  // Producer side (engine thread).
+  void push(RequestEvent event);
+
+ private:
+  RequestId id_;
+  Engine* engine_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestEvent> queue_;
+  std::optional<RequestEvent> final_;
+};
+
+}  // namespace strata

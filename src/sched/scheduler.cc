@@ -1,0 +1,255 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace strata {
+
+Scheduler::Scheduler(ModelRunner* runner, SchedulerOptions options)
+    : runner_(runner), options_(options) {
+  STRATA_CHECK(runner_ != nullptr);
+  STRATA_CHECK(options_.max_num_seqs >= 1);
+  STRATA_CHECK(options_.max_num_batched_tokens >= 1);
+  STRATA_CHECK(options_.chunk_size >= 1);
+}
+
+Scheduler::~Scheduler() {
+  for (auto& [id, r] : requests_) release(&r);
+}
+
+bool Scheduler::before(const Request& a, const Request& b) {
+  if (a.priority != b.priority) return a.priority < b.priority;
+  return a.arrival < b.arrival;
+}
+
+Scheduler::Request* Scheduler::find(SeqId seq) {
+  auto it = requests_.find(seq.value);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+const Scheduler::Request* Scheduler::find(SeqId seq) const {
+  auto it = requests_.find(seq.value);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::insert_waiting(Request* r) {
+  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                              [](const Request* a, const Request* b) { return before(*a, *b); });
+  waiting_.insert(pos, r);
+}
+
+void Scheduler::add(SeqId seq, std::vector<int32_t> prompt, int32_t priority) {
+  STRATA_CHECK_MSG(!contains(seq), "duplicate sequence id {}", seq.value);
+  STRATA_CHECK(!prompt.empty());
+  Request& r = requests_[seq.value];
+  r.seq = seq;
+  r.priority = priority;
+  r.arrival = next_arrival_++;
+  r.tokens = std::move(prompt);
+  insert_waiting(&r);
+}
+
+void Scheduler::release(Request* r) {
+  if (r->in_runner) {
+    runner_->release_sequence(r->seq);
+    r->in_runner = false;
+  }
+  r->num_computed = 0;
+}
+
+void Scheduler::preempt(Request* r) {
+  auto it = std::find(running_.begin(), running_.end(), r);
+  STRATA_CHECK(it != running_.end());
+  running_.erase(it);
+  release(r);
+  insert_waiting(r);
+  ++counters_.preemptions;
+}
+
+void Scheduler::remove(SeqId seq) {
+  Request* r = find(seq);
+  if (r == nullptr) return;
+  release(r);
+  if (auto it = std::find(running_.begin(), running_.end(), r); it != running_.end()) {
+    running_.erase(it);
+  }
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), r); it != waiting_.end()) {
+    waiting_.erase(it);
+  }
+  requests_.erase(seq.value);
+}
+
+void Scheduler::append_token(SeqId seq, int32_t token) {
+  Request* r = find(seq);
+  STRATA_CHECK(r != nullptr);
+  STRATA_CHECK_MSG(r->num_computed == static_cast<int64_t>(r->tokens.size()) || !r->in_runner,
+                   "append_token on seq {} with unfed tokens", seq.value);
+  r->tokens.push_back(token);
+}
+
+bool Scheduler::is_running(SeqId seq) const {
+  const Request* r = find(seq);
+  return r != nullptr && r->in_runner;
+}
+
+const std::vector<int32_t>& Scheduler::tokens(SeqId seq) const {
+  const Request* r = find(seq);
+  STRATA_CHECK(r != nullptr);
+  return r->tokens;
+}
+
+int64_t Scheduler::num_computed(SeqId seq) const {
+  const Request* r = find(seq);
+  STRATA_CHECK(r != nullptr);
+  return r->num_computed;
+}
+
+int64_t Scheduler::cached_prompt_tokens(SeqId seq) const {
+  const Request* r = find(seq);
+  STRATA_CHECK(r != nullptr);
+  return r->cached_prompt_tokens;
+}
+
+SchedulePlan Scheduler::plan() {
+  SchedulePlan plan;
+  int64_t budget = options_.max_num_batched_tokens;
+  auto schedule = [&](Request* r, int64_t n) {
+    ScheduledItem item;
+    item.seq = r->seq;
+    item.begin = r->num_computed;
+    item.num_tokens = n;
+    item.want_logits = r->num_computed + n == static_cast<int64_t>(r->tokens.size());
+    plan.scheduled.push_back(item);
+    budget -= n;
+    plan.num_tokens += n;
+  };
+  auto fail = [&](Request* r, Status st) {
+    plan.failed.push_back({r->seq, std::move(st)});
+    remove(r->seq);
+  };
+
+  // 1. Running requests, in priority order.
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request* r = running_[i];
+    const int64_t need = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
+    if (need <= 0) {  // waiting for its sampled token (engine appends before next plan)
+      ++i;
+      continue;
+    }
+    // The runner's answer does not know about tokens already planned this step; treat
+    // them as taken from a shared pool (conservative for per-sequence limits).
+    const int64_t cap = runner_->token_capacity_left(r->seq) - plan.num_tokens;
+    if (cap <= 0) {
+      if (running_.size() == 1) {
+        fail(r, Status(StatusCode::kResourceExhausted,
+                       fmt::format("sequence needs more state than the runner can hold "
+                                   "({} tokens in state)", r->num_computed)));
+        continue;
+      }
+      Request* victim = running_.back();  // the last in order; may be r itself
+      plan.preempted.push_back(victim->seq);
+      preempt(victim);
+      continue;  // retry r (or stop, if r was the victim: i == size)
+    }
+    schedule(r, std::min({need, options_.chunk_size, budget, cap}));
+    ++i;
+  }
+
+  // 2. Admit waiting requests in priority order; never skip the head. Not right after a
+  // ResourceExhausted retry: that step must run with the remaining running requests
+  // only, so that they make progress instead of re-admitting the victim (no livelock).
+  const bool admit = !hold_admission_;
+  hold_admission_ = false;
+  while (admit && budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+    Request* r = waiting_.front();
+    Status st = runner_->add_sequence(r->seq);
+    if (!st.ok()) {
+      if (st.code() == StatusCode::kResourceExhausted && !running_.empty()) break;
+      waiting_.pop_front();
+      plan.failed.push_back({r->seq, st.with_context("admission")});
+      requests_.erase(r->seq.value);
+      continue;
+    }
+    r->in_runner = true;
+    const int64_t size = static_cast<int64_t>(r->tokens.size());
+    const int64_t cached = runner_->attach_cached_prefix(r->seq, r->tokens);
+    STRATA_CHECK_MSG(cached >= 0 && cached < size, "attach_cached_prefix returned {} for {} tokens",
+                     cached, size);
+    if (!r->admitted_once) {  // re-admissions after preemption are not new queries
+      counters_.prefix_cache_queries += size;
+      counters_.prefix_cache_hits += cached;
+      r->cached_prompt_tokens = cached;
+    }
+    r->admitted_once = true;
+    r->num_computed = cached;
+    const int64_t cap = runner_->token_capacity_left(r->seq) - plan.num_tokens;
+    if (cap <= 0) {
+      release(r);
+      if (running_.empty()) {
+        waiting_.pop_front();
+        plan.failed.push_back(
+            {r->seq, Status(StatusCode::kResourceExhausted,
+                            "request does not fit in the runner's state even when alone")});
+        requests_.erase(r->seq.value);
+        continue;
+      }
+      break;  // wait until running requests free space
+    }
+    waiting_.pop_front();
+    auto pos = std::upper_bound(running_.begin(), running_.end(), r,
+                                [](const Request* a, const Request* b) { return before(*a, *b); });
+    running_.insert(pos, r);
+    schedule(r, std::min({size - cached, options_.chunk_size, budget, cap}));
+  }
+
+  plan.items.reserve(plan.scheduled.size());
+  for (const ScheduledItem& s : plan.scheduled) {
+    const Request* r = find(s.seq);
+    STRATA_CHECK(r != nullptr && r->in_runner);
+    plan.items.push_back(
+        {s.seq, std::span<const int32_t>(r->tokens.data() + s.begin, s.num_tokens),
+         s.want_logits});
+  }
+  return plan;
+}
+
+void Scheduler::commit(const SchedulePlan& plan) {
+  for (const ScheduledItem& s : plan.scheduled) {
+    Request* r = find(s.seq);
+    STRATA_CHECK(r != nullptr && r->in_runner && r->num_computed == s.begin);
+    r->num_computed += s.num_tokens;
+  }
+}
+
+std::vector<FailedRequest> Scheduler::preempt_for_retry(const SchedulePlan& plan) {
+  std::vector<FailedRequest> failed;
+  if (running_.empty()) return failed;
+  if (running_.size() == 1) {
+    Request* r = running_.front();
+    failed.push_back({r->seq, Status(StatusCode::kResourceExhausted,
+                                     "request does not fit in the runner's state even when alone")});
+    remove(r->seq);
+    return failed;
+  }
+  preempt(running_.back());
+  hold_admission_ = true;
+  return failed;
+}
+
+void Scheduler::check_invariants() const {
+  STRATA_CHECK(running_.size() + waiting_.size() == requests_.size());
+  STRATA_CHECK(static_cast<int64_t>(running_.size()) <= options_.max_num_seqs);
+  for (size_t i = 0; i < running_.size(); ++i) {
+    STRATA_CHECK(running_[i]->in_runner);
+    STRATA_CHECK(running_[i]->num_computed <= static_cast<int64_t>(running_[i]->tokens.size()));
+    if (i > 0) STRATA_CHECK(!before(*running_[i], *running_[i - 1]));
+  }
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    STRATA_CHECK(!waiting_[i]->in_runner && waiting_[i]->num_computed == 0);
+    if (i > 0) STRATA_CHECK(!before(*waiting_[i], *waiting_[i - 1]));
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,287 @@
+#include "serve/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "serve/openai_api.h"
+
+namespace strata {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<int64_t> g_next_response_id{1};
+
+std::string new_response_id(ApiEndpoint ep) {
+  return fmt::format("{}-{:x}{:08x}", ep == ApiEndpoint::kChat ? "chatcmpl" : "cmpl",
+                     static_cast<uint64_t>(std::time(nullptr)), g_next_response_id.fetch_add(1));
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(render_error(e), "application/json");
+}
+
+void send_status(httplib::Response& res, const Status& st) { send_error(res, api_error_for(st)); }
+
+// Tokenizes the request's prompt. Errors: InvalidArgument (no tokenizer, bad messages).
+StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Engine& engine) {
+  if (!r.prompt_tokens.empty()) return r.prompt_tokens;
+  const Tokenizer* tok = engine.tokenizer();
+  if (tok == nullptr) return invalid_argument("this model has no tokenizer; send token ids");
+  const ModelInfo& info = engine.model_info();
+  std::vector<int32_t> ids;
+  std::string text;
+  bool add_bos = info.bos_id >= 0;
+  if (r.endpoint == ApiEndpoint::kChat) {
+    const ChatFormat fmt = chat_format_for_architecture(info.architecture);
+    STRATA_ASSIGN_OR_RETURN(text, render_chat(fmt, r.messages, r.chat_options));
+    if (fmt == ChatFormat::kDeepSeek) add_bos = false;  // the template writes BOS as text
+  } else {
+    text = r.prompt_text.value_or("");
+  }
+  if (add_bos) ids.push_back(info.bos_id);
+  std::vector<int32_t> body = tok->encode(text, /*parse_special=*/true);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+struct SseState {
+  std::shared_ptr<RequestStream> stream;
+  ResponseMeta meta;
+  const Tokenizer* tokenizer = nullptr;
+  bool want_logprobs = false;
+  bool include_usage = false;
+  bool first = true;
+  bool done = false;
+  Clock::time_point last_write = Clock::now();
+};
+
+// One call of the chunked content provider: waits briefly for events and writes them.
+bool pump_sse(SseState& st, httplib::DataSink& sink) {
+  if (st.done) {
+    sink.done();
+    return true;
+  }
+  auto ev = st.stream->next(std::chrono::milliseconds(200));
+  if (!ev) {
+    if (Clock::now() - st.last_write > std::chrono::seconds(1)) {
+      static constexpr char kKeepAlive[] = ": keep-alive\n\n";
+      if (!sink.write(kKeepAlive, sizeof(kKeepAlive) - 1)) {
+        st.stream->cancel();
+        return false;
+      }
+      st.last_write = Clock::now();
+    }
+    return true;
+  }
+  std::string out;
+  if (ev->finished && ev->finish_reason == FinishReason::kError) {
+    out = render_stream_error(api_error_for(ev->error));
+  } else {
+    const std::vector<TokenLogprob>* lps = st.want_logprobs ? &ev->logprobs : nullptr;
+    if (!ev->tokens.empty() || !ev->text.empty() ||
+        (st.first && st.meta.endpoint == ApiEndpoint::kChat)) {
+      out += render_stream_chunk(st.meta, ev->text, st.first, std::nullopt, lps, st.tokenizer);
+      st.first = false;
+    }
+    if (ev->finished) {
+      out += render_stream_chunk(st.meta, "", st.first, ev->finish_reason, nullptr, st.tokenizer);
+      if (st.include_usage) {
+        out += render_usage_chunk(st.meta, {ev->prompt_tokens, ev->completion_tokens,
+                                            ev->cached_tokens});
+      }
+      out += "data: [DONE]\n\n";
+    }
+  }
+  if (!out.empty()) {
+    if (!sink.write(out.data(), out.size())) {
+      st.stream->cancel();
+      return false;
+    }
+    st.last_write = Clock::now();
+  }
+  if (ev->finished) {
+    st.done = true;
+    sink.done();
+  }
+  return true;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Engine* engine, ServerMetrics* metrics, HttpServerOptions options)
+    : engine_(engine), metrics_(metrics), options_(std::move(options)) {
+  model_name_ = options_.model_name.empty() ? engine_->model_info().name : options_.model_name;
+  server_ = std::make_unique<httplib::Server>();
+  const int threads = std::max(2, options_.threads);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_keep_alive_timeout(2);
+  install_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("cannot bind {}:{}", options_.host, options_.port));
+  }
+  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  return ok_status();
+}
+
+void HttpServer::stop() {
+  stopping_ = true;
+  if (server_) server_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+void HttpServer::wait() {
+  if (listener_.joinable()) listener_.join();
+}
+
+void HttpServer::install_routes() {
+  httplib::Server& s = *server_;
+
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.http_status = res.status;
+    if (res.status == 413) {
+      e.type = "invalid_request_error";
+      e.message = "request body is too large";
+    } else if (res.status == 404) {
+      e.type = "invalid_request_error";
+      e.message = "not found";
+    } else {
+      e.type = res.status < 500 ? "invalid_request_error" : "internal_error";
+      e.message = fmt::format("HTTP error {}", res.status);
+    }
+    res.set_content(render_error(e), "application/json");
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!engine_->serving() || stopping_) {
+      send_error(res, {503, "service_unavailable", "", "shutting down"});
+      return;
+    }
+    res.set_content("{}", "application/json");
+  });
+
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json card = {{"id", model_name_},
+                           {"object", "model"},
+                           {"created", static_cast<int64_t>(std::time(nullptr))},
+                           {"owned_by", "strata"},
+                           {"root", model_name_},
+                           {"max_model_len", engine_->model_info().max_context},
+                           {"vocab_size", engine_->model_info().vocab_size}};
+    nlohmann::json j = {{"object", "list"}, {"data", nlohmann::json::array({card})}};
+    res.set_content(j.dump(), "application/json");
+  });
+
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->render(engine_->stats()), "text/plain; version=0.0.4");
+  });
+
+  auto generate = [this](ApiEndpoint ep, const httplib::Request& req, httplib::Response& res) {
+    StatusOr<ParsedRequest> parsed = parse_openai_request(ep, req.body);
+    if (!parsed.ok()) return send_status(res, parsed.status());
+    ParsedRequest& r = *parsed;
+    if (!r.model.empty() && r.model != model_name_) {
+      return send_status(res, not_found("The model '{}' does not exist", r.model));
+    }
+    if (!engine_->serving()) {
+      return send_status(res, Status(StatusCode::kUnavailable, "server is shutting down"));
+    }
+    StatusOr<std::vector<int32_t>> prompt = build_prompt(r, *engine_);
+    if (!prompt.ok()) return send_status(res, prompt.status());
+    const int64_t max_context = engine_->model_info().max_context;
+    const int64_t prompt_len = static_cast<int64_t>(prompt->size());
+    if (prompt_len >= max_context) {
+      return send_status(
+          res, out_of_range("This model's maximum context length is {} tokens. However, your "
+                            "prompt has {} tokens (at least one must be left for the output).",
+                            max_context, prompt_len));
+    }
+    if (ep == ApiEndpoint::kChat && !r.max_tokens_given) {
+      r.params.max_tokens = max_context - prompt_len;
+    }
+    const bool want_logprobs = r.params.logprobs >= 0;
+    auto submitted = engine_->submit(std::move(*prompt), r.params);
+    if (!submitted.ok()) return send_status(res, submitted.status());
+    ResponseMeta meta{ep, new_response_id(ep), static_cast<int64_t>(std::time(nullptr)),
+                      model_name_};
+
+    if (r.stream) {
+      auto st = std::make_shared<SseState>();
+      st->stream = *submitted;
+      st->meta = meta;
+      st->tokenizer = engine_->tokenizer();
+      st->want_logprobs = want_logprobs;
+      st->include_usage = r.include_usage;
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [st](size_t, httplib::DataSink& sink) { return pump_sse(*st, sink); },
+          [st](bool) {
+            if (!st->done) st->stream->cancel();  // client went away
+          });
+      return;
+    }
+
+    std::shared_ptr<RequestStream> stream = *submitted;
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    RequestEvent last;
+    while (true) {
+      auto ev = stream->next(std::chrono::milliseconds(500));
+      if (!ev) continue;  // the engine always ends a request (shutdown included)
+      text += ev->text;
+      lps.insert(lps.end(), ev->logprobs.begin(), ev->logprobs.end());
+      if (ev->finished) {
+        last = std::move(*ev);
+        break;
+      }
+    }
+    if (last.finish_reason == FinishReason::kError || last.finish_reason == FinishReason::kCancelled) {
+      Status err = last.error.ok() ? Status(StatusCode::kCancelled, "request cancelled") : last.error;
+      ApiError e = api_error_for(err);
+      if (e.http_status < 500) e.http_status = 500;  // a failure while generating is ours
+      return send_error(res, e);
+    }
+    res.set_content(render_response(meta, text, last.finish_reason,
+                                    want_logprobs ? &lps : nullptr,
+                                    {last.prompt_tokens, last.completion_tokens, last.cached_tokens},
+                                    engine_->tokenizer()),
+                    "application/json");
+  };
+
+  auto guarded = [generate](ApiEndpoint ep) {
+    return [generate, ep](const httplib::Request& req, httplib::Response& res) {
+      try {
+        generate(ep, req, res);
+      } catch (const std::exception& e) {
+        send_error(res, {500, "internal_error", "", fmt::format("internal error: {}", e.what())});
+      }
+    };
+  };
+  s.Post("/v1/completions", guarded(ApiEndpoint::kCompletions));
+  s.Post("/v1/chat/completions", guarded(ApiEndpoint::kChat));
+}
+
+}  // namespace strata

@@ -1,0 +1,80 @@
+// HttpServer: the OpenAI-compatible HTTP front end (cpp-httplib) over an Engine.
+//
+// Endpoints:
+//   POST /v1/completions, POST /v1/chat/completions  (JSON, or SSE with "stream": true,
+//        ending in "data: [DONE]"; an error after the stream started is sent as
+//        data: {"error": {...}} and the stream ends without [DONE])
+//   GET  /v1/models   (one model; "max_model_len" as vLLM)
+//   GET  /health      (200 while serving, 503 after shutdown began)
+//   GET  /metrics     (Prometheus text; see server_metrics.h)
+// Errors use the OpenAI body (openai_api.h) with 4xx/5xx codes; bodies larger than
+// max_body_bytes get 413, unknown routes 404, an unknown "model" 404.
+// Prompts: text is tokenized (BOS prepended when the model has one; special tokens in the
+// text are parsed); chat messages go through the model's chat template (chat_template.h).
+// A client that disconnects mid-stream cancels its request (the engine frees its state).
+// SSE streams send a comment line every ~1 s while idle, so disconnects are noticed even
+// while a request waits in the queue.
+//
+// Each open connection holds one worker thread while it streams, so the pool size
+// (`threads`) bounds concurrent streams.
+// Thread safety: start/stop from one controlling thread; handlers run on the pool.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "model/tokenizer.h"
+#include "sched/engine.h"
+#include "serve/server_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace strata {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";  // loopback by default
+  int port = 8000;                 // 0: any free port (see port())
+  int threads = 64;                // HTTP worker threads (each SSE stream holds one)
+  size_t max_body_bytes = 8 << 20; // larger request bodies get 413
+  std::string model_name;          // served model id (default: ModelInfo::name)
+};
+
+class HttpServer {
+ public:
+  // `engine` (with its tokenizer) and `metrics` must outlive the server.
+  HttpServer(Engine* engine, ServerMetrics* metrics, HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts listening on a background thread. Unavailable if the address cannot
+  // be bound.
+  Status start();
+  int port() const { return port_; }
+  const std::string& model_name() const { return model_name_; }
+  // Stops accepting and joins the listener. Call engine->shutdown() first so that open
+  // streams end (with an error event) instead of waiting.
+  void stop();
+  // Blocks until stop() is called from another thread or the listener ends.
+  void wait();
+
+ private:
+  void install_routes();
+
+  Engine* engine_;
+  ServerMetrics* metrics_;
+  HttpServerOptions options_;
+  std::string model_name_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
+  int port_ = -1;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace strata

@@ -1,0 +1,379 @@
+#include "serve/openai_api.h"
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool given(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it != body.end() && !it->is_null();
+}
+
+Status wrong_type(const char* key, const char* want) {
+  return invalid_argument("'{}' must be {}", key, want);
+}
+
+Status get_int(const json& body, const char* key, int64_t* out) {
+  if (!given(body, key)) return ok_status();
+  const json& v = body.at(key);
+  if (!v.is_number_integer()) return wrong_type(key, "an integer");
+  *out = v.get<int64_t>();
+  return ok_status();
+}
+
+Status get_number(const json& body, const char* key, double* out) {
+  if (!given(body, key)) return ok_status();
+  const json& v = body.at(key);
+  if (!v.is_number()) return wrong_type(key, "a number");
+  *out = v.get<double>();
+  return ok_status();
+}
+
+Status get_bool(const json& body, const char* key, bool* out) {
+  if (!given(body, key)) return ok_status();
+  const json& v = body.at(key);
+  if (!v.is_boolean()) return wrong_type(key, "a boolean");
+  *out = v.get<bool>();
+  return ok_status();
+}
+
+Status get_token_list(const json& v, const char* key, std::vector<int32_t>* out) {
+  for (const json& t : v) {
+    if (!t.is_number_integer()) return wrong_type(key, "an array of integers");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) return invalid_argument("'{}' holds an invalid token id {}", key, id);
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return ok_status();
+}
+
+Status parse_prompt(const json& body, ParsedRequest* r) {
+  if (!given(body, "prompt")) return invalid_argument("'prompt' is required");
+  const json& p = body.at("prompt");
+  if (p.is_string()) {
+    r->prompt_text = p.get<std::string>();
+    return ok_status();
+  }
+  if (!p.is_array()) return wrong_type("prompt", "a string or an array of token ids");
+  if (p.empty()) return invalid_argument("'prompt' must not be empty");
+  if (p[0].is_number_integer()) return get_token_list(p, "prompt", &r->prompt_tokens);
+  if (p.size() != 1) return invalid_argument("only one prompt per request is supported");
+  if (p[0].is_string()) {
+    r->prompt_text = p[0].get<std::string>();
+    return ok_status();
+  }
+  if (p[0].is_array()) return get_token_list(p[0], "prompt", &r->prompt_tokens);
+  return wrong_type("prompt", "a string or an array of token ids");
+}
+
+Status parse_messages(const json& body, ParsedRequest* r) {
+  if (!given(body, "messages")) return invalid_argument("'messages' is required");
+  const json& ms = body.at("messages");
+  if (!ms.is_array()) return wrong_type("messages", "an array");
+  if (ms.empty()) return invalid_argument("'messages' must not be empty");
+  for (const json& m : ms) {
+    if (!m.is_object()) return wrong_type("messages", "an array of objects");
+    ChatMessage cm;
+    if (!m.contains("role") || !m["role"].is_string()) return wrong_type("messages.role", "a string");
+    cm.role = m["role"].get<std::string>();
+    if (m.contains("content") && !m["content"].is_null()) {
+      const json& c = m["content"];
+      if (c.is_string()) {
+        cm.content = c.get<std::string>();
+      } else if (c.is_array()) {
+        for (const json& part : c) {
+          if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+            return wrong_type("messages.content", "a string or an array of content parts");
+          }
+          if (part["type"] != "text") {
+            return invalid_argument("content part type '{}' is not supported",
+                                    part["type"].get<std::string>());
+          }
+          if (!part.contains("text") || !part["text"].is_string()) {
+            return wrong_type("messages.content.text", "a string");
+          }
+          cm.content += part["text"].get<std::string>();
+        }
+      } else {
+        return wrong_type("messages.content", "a string or an array of content parts");
+      }
+    }
+    r->messages.push_back(std::move(cm));
+  }
+  return ok_status();
+}
+
+Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
+  if (!body.is_object()) return invalid_argument("request body must be a JSON object");
+  r->endpoint = endpoint;
+  if (given(body, "model")) {
+    if (!body["model"].is_string()) return wrong_type("model", "a string");
+    r->model = body["model"].get<std::string>();
+  }
+  if (endpoint == ApiEndpoint::kCompletions) {
+    STRATA_RETURN_IF_ERROR(parse_prompt(body, r));
+  } else {
+    STRATA_RETURN_IF_ERROR(parse_messages(body, r));
+  }
+  GenerationParams& g = r->params;
+  int64_t max_tokens = -1;
+  if (endpoint == ApiEndpoint::kChat && given(body, "max_completion_tokens")) {
+    STRATA_RETURN_IF_ERROR(get_int(body, "max_completion_tokens", &max_tokens));
+    r->max_tokens_given = true;
+  } else if (given(body, "max_tokens")) {
+    STRATA_RETURN_IF_ERROR(get_int(body, "max_tokens", &max_tokens));
+    r->max_tokens_given = true;
+  }
+  if (r->max_tokens_given) {
+    if (max_tokens <= 0) return invalid_argument("'max_tokens' must be at least 1, got {}", max_tokens);
+    g.max_tokens = max_tokens;
+  } else {
+    g.max_tokens = 16;  // OpenAI's completions default; chat: the caller uses the context
+  }
+  STRATA_RETURN_IF_ERROR(get_number(body, "temperature", &g.temperature));
+  STRATA_RETURN_IF_ERROR(get_number(body, "top_p", &g.top_p));
+  STRATA_RETURN_IF_ERROR(get_number(body, "min_p", &g.min_p));
+  int64_t top_k = g.top_k;
+  STRATA_RETURN_IF_ERROR(get_int(body, "top_k", &top_k));
+  g.top_k = static_cast<int32_t>(std::clamp<int64_t>(top_k, -1, INT32_MAX));
+  if (given(body, "seed")) {
+    int64_t seed = 0;
+    STRATA_RETURN_IF_ERROR(get_int(body, "seed", &seed));
+    g.seed = static_cast<uint64_t>(seed);
+  }
+  int64_t n = 1;
+  STRATA_RETURN_IF_ERROR(get_int(body, "n", &n));
+  if (n != 1) return invalid_argument("only n = 1 is supported");
+  if (given(body, "stop")) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      g.stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      for (const json& x : s) {
+        if (!x.is_string()) return wrong_type("stop", "a string or an array of strings");
+        g.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return wrong_type("stop", "a string or an array of strings");
+    }
+  }
+  if (given(body, "stop_token_ids")) {
+    if (!body["stop_token_ids"].is_array()) return wrong_type("stop_token_ids", "an array of integers");
+    STRATA_RETURN_IF_ERROR(get_token_list(body["stop_token_ids"], "stop_token_ids", &g.stop_token_ids));
+  }
+  STRATA_RETURN_IF_ERROR(get_bool(body, "ignore_eos", &g.ignore_eos));
+  int64_t priority = 0;
+  STRATA_RETURN_IF_ERROR(get_int(body, "priority", &priority));
+  g.priority = static_cast<int32_t>(std::clamp<int64_t>(priority, INT32_MIN, INT32_MAX));
+  STRATA_RETURN_IF_ERROR(get_bool(body, "stream", &r->stream));
+  if (given(body, "stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return wrong_type("stream_options", "an object");
+    STRATA_RETURN_IF_ERROR(get_bool(so, "include_usage", &r->include_usage));
+  }
+  if (endpoint == ApiEndpoint::kCompletions) {
+    int64_t lp = -1;
+    STRATA_RETURN_IF_ERROR(get_int(body, "logprobs", &lp));
+    if (lp > 20) return invalid_argument("'logprobs' must be at most 20");
+    g.logprobs = static_cast<int32_t>(std::max<int64_t>(lp, -1));
+    bool echo = false;
+    STRATA_RETURN_IF_ERROR(get_bool(body, "echo", &echo));
+    if (echo) return invalid_argument("'echo' is not supported");
+  } else {
+    STRATA_RETURN_IF_ERROR(get_bool(body, "logprobs", &r->chat_logprobs));
+    int64_t top = 0;
+    STRATA_RETURN_IF_ERROR(get_int(body, "top_logprobs", &top));
+    if (top < 0 || top > 20) return invalid_argument("'top_logprobs' must be in [0, 20]");
+    if (top > 0 && !r->chat_logprobs) return invalid_argument("'top_logprobs' needs 'logprobs': true");
+    g.logprobs = r->chat_logprobs ? static_cast<int32_t>(top) : -1;
+    if (given(body, "chat_template_kwargs")) {
+      const json& k = body["chat_template_kwargs"];
+      if (!k.is_object()) return wrong_type("chat_template_kwargs", "an object");
+      STRATA_RETURN_IF_ERROR(get_bool(k, "thinking", &r->chat_options.thinking));
+      STRATA_RETURN_IF_ERROR(get_bool(k, "enable_thinking", &r->chat_options.thinking));
+    }
+  }
+  return ok_status();
+}
+
+std::string token_text(const Tokenizer* tok, int32_t id) {
+  return tok != nullptr ? tok->token_bytes(id) : std::to_string(id);
+}
+
+json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* tok) {
+  json j;
+  j["tokens"] = json::array();
+  j["token_logprobs"] = json::array();
+  j["top_logprobs"] = json::array();
+  j["text_offset"] = json::array();
+  int64_t offset = 0;
+  for (const TokenLogprob& lp : lps) {
+    const std::string t = token_text(tok, lp.token);
+    j["tokens"].push_back(t);
+    j["token_logprobs"].push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, v] : lp.top) top[token_text(tok, id)] = v;
+    j["top_logprobs"].push_back(top);
+    j["text_offset"].push_back(offset);
+    offset += static_cast<int64_t>(t.size());
+  }
+  return j;
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* tok) {
+  json content = json::array();
+  for (const TokenLogprob& lp : lps) {
+    const std::string t = token_text(tok, lp.token);
+    json e = {{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}};
+    json top = json::array();
+    for (const auto& [id, v] : lp.top) {
+      const std::string tt = token_text(tok, id);
+      top.push_back({{"token", tt}, {"logprob", v}, {"bytes", bytes_of(tt)}});
+    }
+    e["top_logprobs"] = top;
+    content.push_back(e);
+  }
+  return {{"content", content}};
+}
+
+json usage_json(const UsageInfo& u) {
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  return j;
+}
+
+json base_json(const ResponseMeta& m, bool chunk) {
+  const char* object = m.endpoint == ApiEndpoint::kCompletions
+                           ? "text_completion"
+                           : (chunk ? "chat.completion.chunk" : "chat.completion");
+  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
+}
+
+json finish_json(std::optional<FinishReason> r) {
+  if (!r || *r == FinishReason::kNone) return nullptr;
+  return finish_reason_name(*r);
+}
+
+}  // namespace
+
+StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    return invalid_argument("malformed JSON: {}", e.what());
+  }
+  ParsedRequest r;
+  try {
+    STRATA_RETURN_IF_ERROR(parse_body(endpoint, j, &r));
+  } catch (const json::exception& e) {
+    return invalid_argument("invalid request: {}", e.what());
+  }
+  return r;
+}
+
+ApiError api_error_for(const Status& st) {
+  ApiError e;
+  e.message = st.message();
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kUnimplemented:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      break;
+    case StatusCode::kOutOfRange:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      e.code = "context_length_exceeded";
+      break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      e.type = "invalid_request_error";
+      e.code = "model_not_found";
+      break;
+    case StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      break;
+    case StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "service_unavailable";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "internal_error";
+      break;
+  }
+  return e;
+}
+
+std::string render_error(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}};
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return dump({{"error", err}});
+}
+
+std::string render_response(const ResponseMeta& meta, const std::string& text,
+                            FinishReason reason, const std::vector<TokenLogprob>* logprobs,
+                            const UsageInfo& usage, const Tokenizer* tokenizer) {
+  json j = base_json(meta, false);
+  json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
+  if (meta.endpoint == ApiEndpoint::kCompletions) {
+    choice["text"] = text;
+    choice["logprobs"] = logprobs ? completion_logprobs(*logprobs, tokenizer) : json(nullptr);
+  } else {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
+                                std::optional<FinishReason> reason,
+                                const std::vector<TokenLogprob>* logprobs,
+                                const Tokenizer* tokenizer) {
+  json j = base_json(meta, true);
+  json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
+  if (meta.endpoint == ApiEndpoint::kCompletions) {
+    choice["text"] = text;
+    choice["logprobs"] = logprobs ? completion_logprobs(*logprobs, tokenizer) : json(nullptr);
+  } else {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+    choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
+  }
+  j["choices"] = json::array({choice});
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string render_usage_chunk(const ResponseMeta& meta, const UsageInfo& usage) {
+  json j = base_json(meta, true);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(usage);
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string render_stream_error(const ApiError& error) {
+  return "data: " + render_error(error) + "\n\n";
+}
+
+}  // namespace strata

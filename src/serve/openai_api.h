@@ -1,0 +1,87 @@
+// OpenAI API protocol: request parsing/validation and response rendering for
+// /v1/completions and /v1/chat/completions (JSON + SSE chunks), and OpenAI error bodies.
+//
+// Parsing rules (OpenAI-compatible): unknown fields are ignored; a known field with the
+// wrong JSON type, max_tokens <= 0, n != 1, several prompts, or malformed JSON is an
+// InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):
+// top_k, min_p, seed, ignore_eos, stop_token_ids, priority, stream_options.include_usage,
+// chat_template_kwargs.thinking. Completions accept `prompt` as a string or as an array of
+// token ids (also nested once: [[ids]] or ["text"]).
+//
+// Error mapping (api_error_for): InvalidArgument/OutOfRange -> 400, NotFound -> 404,
+// ResourceExhausted -> 429, Unavailable -> 503, anything else -> 500. Body:
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+// JSON output replaces invalid UTF-8 (partial tokens in logprobs) with U+FFFD.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "model/tokenizer.h"
+#include "sched/request.h"
+#include "serve/chat_template.h"
+
+namespace strata {
+
+enum class ApiEndpoint { kCompletions, kChat };
+
+struct ParsedRequest {
+  ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+  std::string model;                       // empty when not given
+  std::optional<std::string> prompt_text;  // completions text prompt
+  std::vector<int32_t> prompt_tokens;      // completions token-id prompt
+  std::vector<ChatMessage> messages;       // chat
+  ChatTemplateOptions chat_options;
+  GenerationParams params;
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool chat_logprobs = false;              // chat: logprobs: true
+};
+
+StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body);
+
+struct ApiError {
+  int http_status = 500;
+  std::string type;     // "invalid_request_error", "not_found_error", ...
+  std::string code;     // e.g. "context_length_exceeded", "model_not_found"; may be empty
+  std::string message;
+};
+ApiError api_error_for(const Status& status);
+std::string render_error(const ApiError& error);
+
+struct ResponseMeta {
+  ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+struct UsageInfo {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// A whole (non-streaming) response.
+std::string render_response(const ResponseMeta& meta, const std::string& text,
+                            FinishReason reason, const std::vector<TokenLogprob>* logprobs,
+                            const UsageInfo& usage, const Tokenizer* tokenizer);
+// One SSE event ("data: {...}\n\n") carrying a text delta and/or the finish reason.
+// `first` adds the chat role delta.
+std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
+                                 std::optional<FinishReason> reason,
+                                 const std::vector<TokenLogprob>* logprobs,
+                                 const Tokenizer* tokenizer);
+// The final usage event (stream_options.include_usage).
+std::string render_usage_chunk(const ResponseMeta& meta, const UsageInfo& usage);
+// An error as an SSE event: data: {"error": {...}}
+std::string render_stream_error(const ApiError& error);
+
+}  // namespace strata

@@ -1,0 +1,124 @@
+#include "serve/openai_api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace strata {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(OpenAiApiTest, ParsesCompletionWithAllKnownFields) {
+  auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({
+    "model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 3, "min_p": 0.1, "seed": 42, "stop": ["a", "b"], "stream": true,
+    "stream_options": {"include_usage": true}, "logprobs": 2, "ignore_eos": true,
+    "stop_token_ids": [5], "unknown_field": {"x": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, "m");
+  EXPECT_EQ(*r->prompt_text, "hi");
+  EXPECT_EQ(r->params.max_tokens, 7);
+  EXPECT_DOUBLE_EQ(r->params.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(r->params.top_p, 0.9);
+  EXPECT_EQ(r->params.top_k, 3);
+  EXPECT_DOUBLE_EQ(r->params.min_p, 0.1);
+  EXPECT_EQ(*r->params.seed, 42u);
+  EXPECT_EQ(r->params.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->params.logprobs, 2);
+  EXPECT_TRUE(r->params.ignore_eos);
+  EXPECT_EQ(r->params.stop_token_ids, (std::vector<int32_t>{5}));
+}
+
+TEST(OpenAiApiTest, TokenPromptsAndDefaults) {
+  auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r->params.max_tokens, 16);
+  EXPECT_FALSE(r->max_tokens_given);
+  auto r2 = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": [[4, 5]], "max_tokens": null})");
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->prompt_tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
+  const char* bad[] = {
+      R"({"prompt": "x", )",                        // malformed JSON
+      R"([1, 2])",                                  // not an object
+      R"({"prompt": "x", "max_tokens": "5"})",      // wrong type
+      R"({"prompt": "x", "max_tokens": 2.5})",      // not an integer
+      R"({"prompt": "x", "max_tokens": 0})",        // <= 0
+      R"({"prompt": "x", "max_tokens": -3})",
+      R"({"prompt": "x", "temperature": "hot"})",
+      R"({"prompt": "x", "stream": "yes"})",
+      R"({"prompt": "x", "stop": 5})",
+      R"({"prompt": "x", "n": 2})",
+      R"({"prompt": ["a", "b"]})",                   // several prompts
+      R"({"prompt": 12})",
+      R"({"prompt": []})",
+      R"({"max_tokens": 3})",                        // no prompt
+      R"({"prompt": "x", "model": 3})",
+  };
+  for (const char* b : bad) {
+    auto r = parse_openai_request(ApiEndpoint::kCompletions, b);
+    ASSERT_FALSE(r.ok()) << b;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b;
+    EXPECT_EQ(api_error_for(r.status()).http_status, 400);
+  }
+}
+
+TEST(OpenAiApiTest, ParsesChatMessagesAndOptions) {
+  auto r = parse_openai_request(ApiEndpoint::kChat, R"({
+    "messages": [{"role": "system", "content": "be brief"},
+                 {"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}],
+    "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 3,
+    "chat_template_kwargs": {"thinking": true}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[1].content, "hello");
+  EXPECT_EQ(r->params.max_tokens, 9);
+  EXPECT_EQ(r->params.logprobs, 3);
+  EXPECT_TRUE(r->chat_options.thinking);
+  EXPECT_FALSE(parse_openai_request(ApiEndpoint::kChat, R"({"messages": "hi"})").ok());
+  EXPECT_FALSE(parse_openai_request(ApiEndpoint::kChat, R"({"messages": []})").ok());
+  EXPECT_FALSE(parse_openai_request(ApiEndpoint::kChat, R"({"messages": [{"content": "x"}]})").ok());
+}
+
+TEST(OpenAiApiTest, ErrorMappingAndBody) {
+  EXPECT_EQ(api_error_for(not_found("x")).http_status, 404);
+  EXPECT_EQ(api_error_for(out_of_range("x")).http_status, 400);
+  EXPECT_EQ(api_error_for(out_of_range("x")).code, "context_length_exceeded");
+  EXPECT_EQ(api_error_for(Status(StatusCode::kUnavailable, "x")).http_status, 503);
+  EXPECT_EQ(api_error_for(internal_error("x")).http_status, 500);
+  json j = json::parse(render_error(api_error_for(invalid_argument("bad thing"))));
+  EXPECT_EQ(j["error"]["message"], "bad thing");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(j["error"].contains("param"));
+  EXPECT_TRUE(j["error"].contains("code"));
+}
+
+TEST(OpenAiApiTest, RendersResponsesAndChunks) {
+  ResponseMeta m{ApiEndpoint::kCompletions, "cmpl-1", 100, "m"};
+  json j = json::parse(render_response(m, "abc", FinishReason::kLength, nullptr, {3, 2, 1}, nullptr));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+  ResponseMeta c{ApiEndpoint::kChat, "chatcmpl-1", 100, "m"};
+  std::string chunk = render_stream_chunk(c, "x", true, std::nullopt, nullptr, nullptr);
+  ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
+  ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
+  json cj = json::parse(chunk.substr(6));
+  EXPECT_EQ(cj["object"], "chat.completion.chunk");
+  EXPECT_EQ(cj["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(cj["choices"][0]["delta"]["content"], "x");
+  EXPECT_TRUE(cj["choices"][0]["finish_reason"].is_null());
+  // Invalid UTF-8 never breaks the JSON.
+  json bad = json::parse(render_response(m, "a\xC3", FinishReason::kStop, nullptr, {}, nullptr));
+  EXPECT_EQ(bad["choices"][0]["text"], "a\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,131 @@
+#include "serve/server_metrics.h"
+
+#include <fmt/format.h>
+
+namespace strata {
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  counts_[i]++;
+  count_++;
+  sum_ += v;
+}
+
+namespace {
+std::string label_join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return a + "," + b;
+}
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+void Histogram::render(const std::string& name, const std::string& help,
+                       const std::string& labels, std::string* out) const {
+  *out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  int64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    *out += fmt::format("{}_bucket{{{}}} {}\n", name, label_join(labels, fmt::format("le=\"{}\"", bounds_[i])), cum);
+  }
+  cum += counts_.back();
+  *out += fmt::format("{}_bucket{{{}}} {}\n", name, label_join(labels, "le=\"+Inf\""), cum);
+  *out += fmt::format("{}_sum{{{}}} {}\n", name, labels, sum_);
+  *out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_);
+}
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : model_name_(std::move(model_name)),
+      ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+             7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+            10.0, 20.0, 40.0, 80.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      queue_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+              120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {
+  for (const char* r : {"stop", "length", "abort", "error"}) finished_by_reason_[r] = 0;
+}
+
+void ServerMetrics::on_request_finished(const RequestTimings& t) {
+  std::lock_guard lock(mu_);
+  if (t.ttft_s >= 0) ttft_.observe(t.ttft_s);
+  for (double v : t.itl_s) itl_.observe(v);
+  e2e_.observe(t.e2e_s);
+  queue_.observe(t.queue_s);
+  finished_by_reason_[finish_reason_name(t.finish_reason)]++;
+}
+
+std::string ServerMetrics::render(const EngineStats& s) const {
+  const std::string model = fmt::format("model_name=\"{}\"", escape_label(model_name_));
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} gauge\nstrata:{}{{{}}} {}\n", name,
+                       help, name, name, model, v);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} counter\nstrata:{}{{{}}} {}\n", name,
+                       help, name, name, model, v);
+  };
+  gauge("num_requests_running", "Requests holding state in the model runner.",
+        static_cast<double>(s.num_running));
+  gauge("num_requests_waiting", "Requests waiting to be scheduled.",
+        static_cast<double>(s.num_waiting));
+  counter("prompt_tokens_total", "Prefill tokens processed.",
+          static_cast<double>(s.prompt_tokens_total));
+  counter("generation_tokens_total", "Generated tokens.",
+          static_cast<double>(s.generation_tokens_total));
+  counter("prefix_cache_queries_total", "Tokens looked up in the prefix cache.",
+          static_cast<double>(s.prefix_cache_queries_total));
+  counter("prefix_cache_hits_total", "Tokens found in the prefix cache.",
+          static_cast<double>(s.prefix_cache_hits_total));
+  counter("num_preemptions_total", "Preemptions (recompute) of running requests.",
+          static_cast<double>(s.num_preemptions_total));
+  counter("engine_steps_total", "Engine steps (forward passes).",
+          static_cast<double>(s.steps_total));
+  counter("engine_schedule_seconds_total",
+          "Engine time outside the forward pass: scheduling, cache planning, sampling.",
+          s.schedule_seconds_total);
+  counter("engine_forward_seconds_total", "Engine time in the model's forward pass.",
+          s.forward_seconds_total);
+  out += "# HELP strata:cache_used_bytes State bytes in use per kind and memory tier.\n"
+         "# TYPE strata:cache_used_bytes gauge\n";
+  for (const CacheUsage& u : s.cache_usage) {
+    out += fmt::format("strata:cache_used_bytes{{{},kind=\"{}\",tier=\"{}\"}} {}\n", model,
+                       escape_label(u.kind), escape_label(u.tier), u.used_bytes);
+  }
+  out += "# HELP strata:cache_capacity_bytes State capacity per kind and memory tier.\n"
+         "# TYPE strata:cache_capacity_bytes gauge\n";
+  for (const CacheUsage& u : s.cache_usage) {
+    out += fmt::format("strata:cache_capacity_bytes{{{},kind=\"{}\",tier=\"{}\"}} {}\n", model,
+                       escape_label(u.kind), escape_label(u.tier), u.capacity_bytes);
+  }
+  std::lock_guard lock(mu_);
+  out += "# HELP strata:request_success_total Finished requests by finish reason.\n"
+         "# TYPE strata:request_success_total counter\n";
+  for (const auto& [reason, n] : finished_by_reason_) {
+    out += fmt::format("strata:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model,
+                       reason, n);
+  }
+  ttft_.render("strata:time_to_first_token_seconds", "Time to first token.", model, &out);
+  itl_.render("strata:inter_token_latency_seconds", "Time between consecutive tokens.", model,
+              &out);
+  e2e_.render("strata:e2e_request_latency_seconds", "End-to-end request latency.", model, &out);
+  queue_.render("strata:request_queue_time_seconds", "Time waiting before first scheduled.",
+                model, &out);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+// ServingStack: everything `strata serve` runs, built from a model directory: the runner
+// (make_model_runner), its tokenizer, the Engine loop, the metrics and the HTTP server.
+// Used by the CLI and by the end-to-end tests (which bind port 0 on 127.0.0.1).
+//
+// Shutdown order: engine first (open requests end with an error), then the HTTP server,
+// so no client ever gets a 200 with partial text.
+// Thread safety: create/shutdown from one controlling thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "exec/model_runner.h"
+#include "exec/runner_factory.h"
+#include "model/tokenizer.h"
+#include "sched/engine.h"
+#include "serve/http_server.h"
+#include "serve/server_metrics.h"
+
+namespace strata {
+
+struct ServeOptions {
+  std::string model_dir;
+  HttpServerOptions http;
+  EngineOptions engine;
+  RunnerOptions runner;
+};
+
+class ServingStack {
+ public:
+  // Loads the model, starts the engine thread and the HTTP listener.
+  static StatusOr<std::unique_ptr<ServingStack>> start(const ServeOptions& options);
+  ~ServingStack();
+
+  int port() const { return http_->port(); }
+  Engine& engine() { return *engine_; }
+  ModelRunner& runner() { return *runner_; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  HttpServer& http() { return *http_; }
+  // Idempotent.
+  void shutdown();
+  // Blocks until the HTTP listener stops.
+  void wait() { http_->wait(); }
+
+ private:
+  ServingStack() = default;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<HttpServer> http_;
+  bool shut_down_ = false;
+};
+
+}  // namespace strata

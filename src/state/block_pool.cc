@@ -1,0 +1,82 @@
+// BlockPool. See block_pool.h.
+#include "state/block_pool.h"
+
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+BlockPool::BlockPool(int64_t num_blocks, int64_t rows_per_block, int64_t row_bytes,
+                     bool with_storage)
+    : rows_per_block_(rows_per_block), row_bytes_(row_bytes), refcount_(num_blocks, 0) {
+  STRATA_CHECK(num_blocks >= 0 && rows_per_block > 0 && row_bytes >= 0);
+  free_.reserve(num_blocks);
+  // LIFO: lowest ids come out first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
+  if (with_storage) arena_.assign(static_cast<size_t>(num_blocks * block_bytes()), 0);
+}
+
+BlockId BlockPool::allocate() {
+  STRATA_CHECK_MSG(!free_.empty(), "BlockPool::allocate on an empty pool (plan first)");
+  BlockId b = free_.back();
+  free_.pop_back();
+  STRATA_CHECK(refcount_[b] == 0);
+  refcount_[b] = 1;
+  return b;
+}
+
+void BlockPool::ref(BlockId b) {
+  STRATA_CHECK_MSG(refcount_.at(b) > 0, "ref of free block {}", b);
+  ++refcount_[b];
+}
+
+bool BlockPool::unref(BlockId b) {
+  STRATA_CHECK_MSG(refcount_.at(b) > 0, "unref of free block {}", b);
+  if (--refcount_[b] == 0) {
+    free_.push_back(b);
+    return true;
+  }
+  return false;
+}
+
+uint8_t* BlockPool::row(BlockId b, int64_t r) {
+  STRATA_CHECK(has_storage() && b >= 0 && b < num_blocks() && r >= 0 && r < rows_per_block_);
+  return arena_.data() + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
+}
+const uint8_t* BlockPool::row(BlockId b, int64_t r) const {
+  return const_cast<BlockPool*>(this)->row(b, r);
+}
+
+void BlockPool::copy_block(BlockId dst, BlockId src) {
+  if (!has_storage() || dst == src) return;
+  std::memcpy(row(dst, 0), row(src, 0), static_cast<size_t>(block_bytes()));
+}
+
+bool BlockPool::check_invariants(std::string* why) const {
+  std::vector<char> in_free(refcount_.size(), 0);
+  for (BlockId b : free_) {
+    if (b < 0 || b >= num_blocks()) {
+      if (why) *why = fmt::format("free list holds bad id {}", b);
+      return false;
+    }
+    if (in_free[b]++) {
+      if (why) *why = fmt::format("block {} twice on the free list", b);
+      return false;
+    }
+    if (refcount_[b] != 0) {
+      if (why) *why = fmt::format("block {} free-listed with refcount {}", b, refcount_[b]);
+      return false;
+    }
+  }
+  for (int64_t b = 0; b < num_blocks(); ++b) {
+    if (refcount_[b] < 0 || (refcount_[b] == 0 && !in_free[b])) {
+      if (why) *why = fmt::format("block {} refcount {} but not free-listed", b, refcount_[b]);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace strata

@@ -1,0 +1,55 @@
+// BlockPool: the MECHANISM that stores state bytes. A fixed number of equal blocks of
+// `rows_per_block` rows x `row_bytes` bytes, a LIFO free list and a reference count per block.
+// A block is free iff its refcount is 0; it returns to the free list only when its last user
+// (sequence table, prefix-cache entry or in-flight step lease) drops it, so a slot is never
+// reused before its last consumer finished. Storage (the byte arena) is optional: metadata-only
+// pools serve capacity planning, tests and benchmarks.
+// Errors: allocation from an empty pool and unbalanced unref are CHECK failures (callers plan
+// first and get a typed out-of-blocks outcome instead). Thread safety: none (owned by one
+// CacheManager, which is single-threaded).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/check.h"
+
+namespace strata {
+
+using BlockId = int32_t;
+
+class BlockPool {
+ public:
+  BlockPool(int64_t num_blocks, int64_t rows_per_block, int64_t row_bytes, bool with_storage);
+
+  int64_t num_blocks() const { return static_cast<int64_t>(refcount_.size()); }
+  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t rows_per_block() const { return rows_per_block_; }
+  int64_t row_bytes() const { return row_bytes_; }
+  int64_t block_bytes() const { return rows_per_block_ * row_bytes_; }
+  bool has_storage() const { return !arena_.empty(); }
+
+  // Takes a free block (refcount 0 -> 1). CHECKs that one is free.
+  BlockId allocate();
+  void ref(BlockId b);
+  // Drops one reference; returns true if the block became free.
+  bool unref(BlockId b);
+  int32_t refcount(BlockId b) const { return refcount_.at(b); }
+
+  uint8_t* row(BlockId b, int64_t r);
+  const uint8_t* row(BlockId b, int64_t r) const;
+  void copy_block(BlockId dst, BlockId src);
+
+  // Free list and refcounts agree (every free-listed block has refcount 0, exactly once;
+  // every refcount-0 block is free-listed). Returns false and fills `why` otherwise.
+  bool check_invariants(std::string* why) const;
+
+ private:
+  int64_t rows_per_block_;
+  int64_t row_bytes_;
+  std::vector<int32_t> refcount_;
+  std::vector<BlockId> free_;
+  std::vector<uint8_t> arena_;
+};
+
+}  // namespace strata

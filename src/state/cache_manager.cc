@@ -1,0 +1,732 @@
+// CacheManager. See cache_manager.h for the contract.
+#include "state/cache_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <queue>
+#include <set>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "base/check.h"
+
+namespace strata {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+int default_block_tokens(const StateGraph& g) {
+  int64_t l = 1;
+  bool any_ring = false;
+  for (const auto& o : g.owners()) {
+    if (o.spec.grows()) l = std::lcm(l, static_cast<int64_t>(o.spec.ratio));
+    any_ring |= o.spec.fixed();
+  }
+  const int64_t floor_tokens = any_ring ? 64 : 16;
+  return static_cast<int>(ceil_div(floor_tokens, l) * l);
+}
+
+struct CacheManager::Seq {
+  std::vector<int32_t> tokens;
+  int64_t computed = 0;
+  bool started = false;
+  std::vector<std::vector<BlockId>> tables;  // per owner
+  uint64_t in_flight = 0;                    // plan id, 0 = none
+  bool pending_release = false;
+  int64_t published = 0;                     // full units published to the prefix cache
+  uint64_t last_key = 0;                     // chain key of unit `published - 1`
+};
+
+struct CacheManager::Entry {
+  uint64_t key = 0, parent = 0;
+  int64_t index = 0;                         // unit index k (tokens [k*u, (k+1)*u))
+  std::vector<int32_t> tokens;               // the unit's ids (collision check)
+  std::vector<BlockId> paged;                // per owner (-1 = not paged)
+  std::vector<BlockId> snapshot;             // per owner (-1 = none); empty = no snapshot
+  int64_t children = 0;
+  uint64_t lru = 0;
+};
+
+struct CacheManager::Impl {
+  std::vector<BlockPool> pools;
+  std::vector<PoolInfo> pool_info;
+  std::vector<int> pool_of;        // per owner, -1 = no storage
+  std::vector<char> paged;         // per owner
+  std::vector<char> ringfixed;     // per owner (with storage)
+  std::unordered_map<SeqId, Seq> seqs;
+  std::unordered_map<uint64_t, Entry> entries;
+  uint64_t root_key = 0;
+  uint64_t generation = 1;
+  mutable uint64_t next_plan_id = 1;
+  uint64_t lru_clock = 0;
+  bool any_ringfixed = false;
+};
+
+CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
+    : graph_(graph), opts_(opts), impl_(std::make_unique<Impl>()) {
+  block_tokens_ = opts_.block_tokens > 0 ? opts_.block_tokens : default_block_tokens(graph_);
+  for (int r : graph_.growth_ratios())
+    STRATA_CHECK_MSG(block_tokens_ % r == 0, "block_tokens {} is not a multiple of ratio {}",
+                     block_tokens_, r);
+  Impl& I = *impl_;
+  const auto& owners = graph_.owners();
+  I.pool_of.assign(owners.size(), -1);
+  I.paged.assign(owners.size(), 0);
+  I.ringfixed.assign(owners.size(), 0);
+  // One pool per (kind, ratio, rows_per_block, row_bytes); owners of a pool share it.
+  std::map<std::tuple<int, int, int64_t, int64_t>, int> key_to_pool;
+  std::vector<int64_t> owners_in_pool;
+  for (const auto& o : owners) {
+    const StateSpec& s = o.spec;
+    if (s.transient() || s.row_bytes == 0) continue;
+    if (s.fixed() && s.rows_fixed == 0) continue;
+    const int64_t rpb = s.grows() ? block_tokens_ / s.ratio : s.rows_fixed;
+    auto key = std::make_tuple(static_cast<int>(o.kind), s.ratio, rpb, s.row_bytes);
+    auto it = key_to_pool.find(key);
+    int p;
+    if (it == key_to_pool.end()) {
+      p = static_cast<int>(I.pool_info.size());
+      key_to_pool[key] = p;
+      I.pool_info.push_back(PoolInfo{o.kind, s.ratio, rpb, s.row_bytes, 0, 0, {}});
+      owners_in_pool.push_back(0);
+    } else {
+      p = it->second;
+    }
+    I.pool_of[o.id] = p;
+    I.pool_info[p].owners.push_back(o.id);
+    ++owners_in_pool[p];
+    I.paged[o.id] = s.grows();
+    I.ringfixed[o.id] = s.fixed();
+    I.any_ringfixed |= s.fixed();
+  }
+  for (size_t p = 0; p < I.pool_info.size(); ++p) {
+    PoolInfo& pi = I.pool_info[p];
+    const bool grows = pi.kind == StateKind::kCompressedKv || pi.kind == StateKind::kIndexKeys ||
+                       pi.kind == StateKind::kPlainKv;
+    int64_t per_owner = grows ? ceil_div(opts_.max_tokens, block_tokens_) + opts_.max_seqs
+                              : opts_.max_seqs + opts_.snapshot_slots;
+    pi.num_blocks = per_owner * owners_in_pool[p];
+    I.pools.emplace_back(pi.num_blocks, pi.rows_per_block, pi.row_bytes, opts_.allocate_storage);
+  }
+  // Root of the hash chain: model identity, formats, unit, salt.
+  std::string id = fmt::format("{}|u{}|salt{}", graph_.model_name(), block_tokens_,
+                               opts_.prefix_salt);
+  for (const auto& o : owners)
+    id += fmt::format("|{}:{}:{}:{}", state_kind_name(o.kind), o.layer,
+                      row_format_name(o.spec.format), o.spec.quant_block);
+  I.root_key = XXH3_64bits(id.data(), id.size());
+}
+
+CacheManager::~CacheManager() = default;
+
+int64_t CacheManager::boundary_snapshot_bytes() const {
+  int64_t b = 0;
+  for (const auto& o : graph_.owners())
+    if (impl_->ringfixed[o.id]) b += o.spec.bytes_per_request();
+  return b;
+}
+
+// ---------------- sequences ----------------
+
+void CacheManager::add_sequence(SeqId seq, const std::vector<int32_t>& prompt) {
+  STRATA_CHECK_MSG(!impl_->seqs.count(seq), "sequence {} already exists", seq);
+  Seq s;
+  s.tokens = prompt;
+  s.tables.resize(graph_.owners().size());
+  impl_->seqs.emplace(seq, std::move(s));
+}
+
+void CacheManager::append_tokens(SeqId seq, const std::vector<int32_t>& ids) {
+  auto it = impl_->seqs.find(seq);
+  STRATA_CHECK_MSG(it != impl_->seqs.end(), "unknown sequence {}", seq);
+  it->second.tokens.insert(it->second.tokens.end(), ids.begin(), ids.end());
+}
+
+bool CacheManager::has_sequence(SeqId seq) const { return impl_->seqs.count(seq) > 0; }
+
+int64_t CacheManager::num_computed(SeqId seq) const { return impl_->seqs.at(seq).computed; }
+int64_t CacheManager::num_known(SeqId seq) const {
+  return static_cast<int64_t>(impl_->seqs.at(seq).tokens.size());
+}
+
+void CacheManager::release(SeqId seq) {
+  auto it = impl_->seqs.find(seq);
+  STRATA_CHECK_MSG(it != impl_->seqs.end(), "release of unknown sequence {}", seq);
+  if (it->second.in_flight) {  // the step still reads/writes: keep everything until it ends
+    it->second.pending_release = true;
+    return;
+  }
+  for (size_t o = 0; o < it->second.tables.size(); ++o)
+    for (BlockId b : it->second.tables[o]) impl_->pools[impl_->pool_of[o]].unref(b);
+  impl_->seqs.erase(it);
+  ++impl_->generation;
+}
+
+// ---------------- prefix matching ----------------
+
+namespace {
+uint64_t chain_key(uint64_t parent, const int32_t* ids, int64_t n) {
+  return XXH3_64bits_withSeed(ids, static_cast<size_t>(n) * sizeof(int32_t), parent);
+}
+}  // namespace
+
+// ---------------- plan / commit ----------------
+
+StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
+  const Impl& I = *impl_;
+  StepPlan p;
+  p.generation = I.generation;
+  p.id = I.next_plan_id++;
+  const auto& owners = graph_.owners();
+  std::vector<int64_t> need(I.pools.size(), 0);
+  std::set<uint64_t> pinned;  // entries a hit in this plan uses
+  std::set<SeqId> seen;
+  const int64_t u = block_tokens_;
+  for (const StepItem& it : items) {
+    auto sit = I.seqs.find(it.seq);
+    STRATA_CHECK_MSG(sit != I.seqs.end(), "plan_step: unknown sequence {}", it.seq);
+    STRATA_CHECK_MSG(seen.insert(it.seq).second, "plan_step: sequence {} twice", it.seq);
+    const Seq& s = sit->second;
+    STRATA_CHECK_MSG(!s.in_flight && !s.pending_release, "plan_step: sequence {} in flight",
+                     it.seq);
+    SeqStepPlan sp;
+    sp.seq = it.seq;
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    int64_t have_units = 0;  // paged blocks shared from the cache (first step)
+    if (!s.started) {
+      sp.first_step = true;
+      int64_t best = 0;
+      if (opts_.prefix_cache) {
+        uint64_t key = I.root_key;
+        for (int64_t k = 0; (k + 1) * u <= len - 1; ++k) {
+          key = chain_key(key, s.tokens.data() + k * u, u);
+          auto e = I.entries.find(key);
+          if (e == I.entries.end() ||
+              !std::equal(e->second.tokens.begin(), e->second.tokens.end(),
+                          s.tokens.begin() + k * u))
+            break;
+          if (!I.any_ringfixed || !e->second.snapshot.empty()) best = k + 1;
+        }
+        key = I.root_key;
+        for (int64_t k = 0; k < best; ++k) {
+          key = chain_key(key, s.tokens.data() + k * u, u);
+          pinned.insert(key);
+        }
+      }
+      sp.hit_tokens = best * u;
+      have_units = best;
+      sp.start_pos = sp.hit_tokens;
+      for (const auto& o : owners)
+        if (I.ringfixed[o.id]) {
+          ++need[I.pool_of[o.id]];
+          if (best > 0) ++p.copies;
+        }
+    } else {
+      sp.start_pos = s.computed;
+    }
+    sp.num_tokens = std::max<int64_t>(0, std::min(it.max_tokens, len - sp.start_pos));
+    const int64_t end = sp.start_pos + sp.num_tokens;
+    for (const auto& o : owners) {
+      if (!I.paged[o.id]) continue;
+      const int64_t rpb = I.pools[I.pool_of[o.id]].rows_per_block();
+      const int64_t blocks_end = ceil_div(end / o.spec.ratio, rpb);
+      const int64_t have = s.started ? static_cast<int64_t>(s.tables[o.id].size()) : have_units;
+      need[I.pool_of[o.id]] += std::max<int64_t>(0, blocks_end - have);
+    }
+    p.seqs.push_back(sp);
+  }
+  p.new_blocks = need;
+  // Evict LRU leaf entries while a pool is short.
+  auto short_pool = [&](const std::vector<int64_t>& freed) {
+    for (size_t q = 0; q < need.size(); ++q)
+      if (need[q] > I.pools[q].num_free() + freed[q]) return static_cast<int>(q);
+    return -1;
+  };
+  std::vector<int64_t> freed(I.pools.size(), 0);
+  if (short_pool(freed) >= 0 && !I.entries.empty()) {
+    auto by_lru = [](const Entry* a, const Entry* b) { return a->lru < b->lru; };
+    auto is_short = [&](int q) { return need[q] > I.pools[q].num_free() + freed[q]; };
+    // Phase 1: boundary snapshots (ring/fixed pools) have no dependents: drop LRU ones first,
+    // except the snapshot a hit in this plan restores.
+    std::vector<const Entry*> snaps;
+    for (const auto& [k, e] : I.entries)
+      if (!e.snapshot.empty()) snaps.push_back(&e);
+    std::sort(snaps.begin(), snaps.end(), by_lru);
+    for (const Entry* e : snaps) {
+      if (short_pool(freed) < 0) break;
+      if (pinned.count(e->key)) continue;
+      bool helps = false;
+      for (size_t o = 0; o < e->snapshot.size(); ++o)
+        helps |= e->snapshot[o] >= 0 && is_short(I.pool_of[o]);
+      if (!helps) continue;
+      p.drop_snapshots.push_back(e->key);
+      for (size_t o = 0; o < e->snapshot.size(); ++o)
+        if (e->snapshot[o] >= 0) ++freed[I.pool_of[o]];
+    }
+  }
+  if (short_pool(freed) >= 0 && !I.entries.empty()) {
+    std::vector<const Entry*> order;
+    order.reserve(I.entries.size());
+    for (const auto& [k, e] : I.entries) order.push_back(&e);
+    std::sort(order.begin(), order.end(),
+              [](const Entry* a, const Entry* b) { return a->lru < b->lru; });
+    auto is_short = [&](int q) { return need[q] > I.pools[q].num_free() + freed[q]; };
+    // Phase 2: whole leaf entries, LRU first, only if they free a block of a short pool (an
+    // entry whose blocks running sequences still hold frees nothing and stays).
+    std::unordered_map<uint64_t, int64_t> children;
+    for (const Entry* e : order) children[e->key] = e->children;
+    // Min-heap of current leaves by LRU; evicting a leaf may turn its parent into a leaf.
+    auto later = [](const Entry* x, const Entry* y) { return x->lru > y->lru; };
+    std::priority_queue<const Entry*, std::vector<const Entry*>, decltype(later)> leaves(later);
+    for (const Entry* e : order)
+      if (e->children == 0) leaves.push(e);
+    std::set<uint64_t> dropped(p.drop_snapshots.begin(), p.drop_snapshots.end());
+    while (short_pool(freed) >= 0 && !leaves.empty()) {
+      const Entry* e = leaves.top();
+      leaves.pop();
+      if (pinned.count(e->key)) continue;
+      bool helps = false;
+      for (size_t o = 0; o < e->paged.size(); ++o)
+        helps |= e->paged[o] >= 0 && I.pools[I.pool_of[o]].refcount(e->paged[o]) == 1 &&
+                 is_short(I.pool_of[o]);
+      if (!helps) continue;
+      p.evict.push_back(e->key);
+      for (size_t o = 0; o < e->paged.size(); ++o)
+        if (e->paged[o] >= 0 && I.pools[I.pool_of[o]].refcount(e->paged[o]) == 1)
+          ++freed[I.pool_of[o]];
+      if (!dropped.count(e->key))
+        for (size_t o = 0; o < e->snapshot.size(); ++o)
+          if (e->snapshot[o] >= 0) ++freed[I.pool_of[o]];
+      if (e->index > 0 && --children[e->parent] == 0) leaves.push(&I.entries.at(e->parent));
+    }
+  }
+  const int sp = short_pool(freed);
+  if (sp >= 0) {
+    p.outcome = PlanOutcome::kOutOfBlocks;
+    p.short_pool = sp;
+    p.blocks_needed = need[sp];
+    p.blocks_available = I.pools[sp].num_free() + freed[sp];
+    p.shortfall = fmt::format("pool {} ({} ratio {}): need {} blocks, {} available", sp,
+                              state_kind_name(I.pool_info[sp].kind), I.pool_info[sp].ratio,
+                              p.blocks_needed, p.blocks_available);
+    p.evict.clear();
+    p.drop_snapshots.clear();
+  }
+  return p;
+}
+
+int64_t CacheManager::suggest_chunk(SeqId seq, int64_t max_tokens) const {
+  const Seq& s = impl_->seqs.at(seq);
+  const int64_t len = static_cast<int64_t>(s.tokens.size());
+  const int64_t start = s.started ? s.computed : plan_step({{seq, 1}}).seqs[0].start_pos;
+  const int64_t n = std::max<int64_t>(0, std::min(max_tokens, len - start));
+  const int64_t b = ((len - 1) / block_tokens_) * block_tokens_;
+  if (start < b && start + n > b) return b - start;
+  return n;
+}
+
+void CacheManager::commit(const StepPlan& plan) {
+  Impl& I = *impl_;
+  STRATA_CHECK_MSG(plan.outcome == PlanOutcome::kOk, "commit of a plan that did not fit: {}",
+                   plan.shortfall);
+  STRATA_CHECK_MSG(plan.generation == I.generation,
+                   "commit of a stale plan (generation {} vs {})", plan.generation, I.generation);
+  for (uint64_t key : plan.drop_snapshots) {
+    Entry& e = I.entries.at(key);
+    for (size_t o = 0; o < e.snapshot.size(); ++o)
+      if (e.snapshot[o] >= 0) I.pools[I.pool_of[o]].unref(e.snapshot[o]);
+    e.snapshot.clear();
+  }
+  for (uint64_t key : plan.evict) {
+    auto it = I.entries.find(key);
+    STRATA_CHECK(it != I.entries.end() && it->second.children == 0);
+    const Entry& e = it->second;
+    for (size_t o = 0; o < e.paged.size(); ++o)
+      if (e.paged[o] >= 0) I.pools[I.pool_of[o]].unref(e.paged[o]);
+    for (size_t o = 0; o < e.snapshot.size(); ++o)
+      if (e.snapshot[o] >= 0) I.pools[I.pool_of[o]].unref(e.snapshot[o]);
+    if (e.index > 0) --I.entries.at(e.parent).children;
+    I.entries.erase(it);
+  }
+  const auto& owners = graph_.owners();
+  const int64_t u = block_tokens_;
+  for (const SeqStepPlan& sp : plan.seqs) {
+    Seq& s = I.seqs.at(sp.seq);
+    if (sp.first_step) {
+      STRATA_CHECK(!s.started);
+      // Hit chain.
+      std::vector<const Entry*> chain;
+      uint64_t key = I.root_key;
+      for (int64_t k = 0; k < sp.hit_tokens / u; ++k) {
+        key = chain_key(key, s.tokens.data() + k * u, u);
+        Entry& e = I.entries.at(key);
+        e.lru = ++I.lru_clock;
+        chain.push_back(&e);
+      }
+      for (const auto& o : owners) {
+        const int p = I.pool_of[o.id];
+        if (p < 0) continue;
+        if (I.paged[o.id]) {
+          for (const Entry* e : chain) {
+            I.pools[p].ref(e->paged[o.id]);
+            s.tables[o.id].push_back(e->paged[o.id]);
+          }
+        } else {
+          BlockId b = I.pools[p].allocate();
+          s.tables[o.id].push_back(b);
+          if (!chain.empty()) {
+            I.pools[p].copy_block(b, chain.back()->snapshot[o.id]);
+          } else if (I.pools[p].has_storage()) {
+            // Fresh state: zeros; compressor score = -inf; Engram history = -2.
+            const StateSpec& spec = o.spec;
+            for (int64_t r = 0; r < I.pools[p].rows_per_block(); ++r) {
+              uint8_t* row = I.pools[p].row(b, r);
+              std::fill(row, row + spec.row_bytes, 0);
+              if (o.kind == StateKind::kCompressorState ||
+                  o.kind == StateKind::kIndexCompressorState) {
+                const float ninf = -std::numeric_limits<float>::infinity();
+                const int w = spec.row_elems / 2;
+                for (int i = w; i < 2 * w; ++i) std::memcpy(row + 4 * i, &ninf, 4);
+              } else if (o.kind == StateKind::kEngramHistory) {
+                const int32_t before_start = -2;
+                for (int i = 0; i < spec.row_elems; ++i) std::memcpy(row + 4 * i, &before_start, 4);
+              }
+            }
+          }
+        }
+      }
+      s.started = true;
+      s.computed = sp.hit_tokens;
+      s.published = sp.hit_tokens / u;
+      s.last_key = key;
+    }
+    STRATA_CHECK(s.computed == sp.start_pos);
+    const int64_t end = sp.start_pos + sp.num_tokens;
+    for (const auto& o : owners) {
+      if (!I.paged[o.id]) continue;
+      BlockPool& pool = I.pools[I.pool_of[o.id]];
+      const int64_t blocks_end = ceil_div(end / o.spec.ratio, pool.rows_per_block());
+      while (static_cast<int64_t>(s.tables[o.id].size()) < blocks_end)
+        s.tables[o.id].push_back(pool.allocate());
+    }
+    s.computed = end;
+    s.in_flight = plan.id;
+  }
+  ++I.generation;
+}
+
+void CacheManager::finish_step(const StepPlan& plan) {
+  Impl& I = *impl_;
+  const auto& owners = graph_.owners();
+  const int64_t u = block_tokens_;
+  for (const SeqStepPlan& sp : plan.seqs) {
+    auto it = I.seqs.find(sp.seq);
+    if (it == I.seqs.end()) continue;
+    Seq& s = it->second;
+    if (s.in_flight != plan.id) continue;
+    s.in_flight = 0;
+    if (s.pending_release) {
+      release(sp.seq);
+      continue;
+    }
+    if (!opts_.prefix_cache) continue;
+    const int64_t full = s.computed / u;
+    uint64_t key = s.published ? s.last_key : I.root_key;
+    int64_t done = s.published;
+    for (int64_t k = s.published; k < full; ++k) {
+      const uint64_t parent = key;
+      if (k > 0 && !I.entries.count(parent)) break;  // parent evicted meanwhile: stop chain
+      key = chain_key(parent, s.tokens.data() + k * u, u);
+      done = k + 1;
+      auto e = I.entries.find(key);
+      if (e != I.entries.end()) {
+        e->second.lru = ++I.lru_clock;
+        continue;
+      }
+      Entry ne;
+      ne.key = key;
+      ne.parent = parent;
+      ne.index = k;
+      ne.tokens.assign(s.tokens.begin() + k * u, s.tokens.begin() + (k + 1) * u);
+      ne.paged.assign(owners.size(), -1);
+      for (const auto& o : owners) {
+        if (!I.paged[o.id]) continue;
+        BlockId b = s.tables[o.id].at(k);
+        I.pools[I.pool_of[o.id]].ref(b);
+        ne.paged[o.id] = b;
+      }
+      ne.lru = ++I.lru_clock;
+      if (k > 0) ++I.entries.at(parent).children;
+      I.entries.emplace(key, std::move(ne));
+    }
+    s.published = done;
+    s.last_key = key;
+    // Boundary snapshot when the step ended exactly on a unit boundary.
+    if (I.any_ringfixed && done == full && full > 0 && s.computed == full * u) {
+      auto e = I.entries.find(key);
+      if (e != I.entries.end() && e->second.snapshot.empty()) {
+        bool room = true;
+        std::vector<int64_t> want(I.pools.size(), 0);
+        for (const auto& o : owners)
+          if (I.ringfixed[o.id]) ++want[I.pool_of[o.id]];
+        for (size_t p = 0; p < want.size(); ++p) room &= I.pools[p].num_free() >= want[p];
+        // No room: the new boundary replaces the least recently used snapshots.
+        while (!room) {
+          Entry* lru = nullptr;
+          for (auto& [k2, e2] : I.entries)
+            if (!e2.snapshot.empty() && k2 != key && (!lru || e2.lru < lru->lru)) lru = &e2;
+          if (!lru) break;
+          for (size_t o = 0; o < lru->snapshot.size(); ++o)
+            if (lru->snapshot[o] >= 0) I.pools[I.pool_of[o]].unref(lru->snapshot[o]);
+          lru->snapshot.clear();
+          room = true;
+          for (size_t p = 0; p < want.size(); ++p) room &= I.pools[p].num_free() >= want[p];
+        }
+        if (room) {
+          e->second.snapshot.assign(owners.size(), -1);
+          for (const auto& o : owners) {
+            if (!I.ringfixed[o.id]) continue;
+            BlockPool& pool = I.pools[I.pool_of[o.id]];
+            BlockId b = pool.allocate();
+            pool.copy_block(b, s.tables[o.id][0]);
+            e->second.snapshot[o.id] = b;
+          }
+        }
+      }
+    }
+  }
+  ++I.generation;
+}
+
+// ---------------- storage ----------------
+
+namespace {
+struct RowLoc {
+  BlockPool* pool;
+  BlockId block;
+  int64_t row;
+};
+}  // namespace
+
+#define STRATA_ROW_LOC(SEQ, OWNER, ROW, LOC)                                                   \
+  const Impl& I_ = *impl_;                                                                     \
+  auto sit_ = I_.seqs.find(SEQ);                                                               \
+  STRATA_CHECK_MSG(sit_ != I_.seqs.end(), "unknown sequence {}", SEQ);                         \
+  STRATA_CHECK_MSG((OWNER) >= 0 && (OWNER) < static_cast<int>(I_.pool_of.size()) &&            \
+                       I_.pool_of[OWNER] >= 0,                                                 \
+                   "owner {} has no storage", OWNER);                                          \
+  const auto& tab_ = sit_->second.tables[OWNER];                                               \
+  BlockPool& pool_ = const_cast<BlockPool&>(I_.pools[I_.pool_of[OWNER]]);                     \
+  int64_t blk_, r_;                                                                            \
+  if (I_.paged[OWNER]) {                                                                       \
+    blk_ = (ROW) / pool_.rows_per_block();                                                     \
+    r_ = (ROW) % pool_.rows_per_block();                                                       \
+  } else {                                                                                     \
+    blk_ = 0;                                                                                  \
+    r_ = (ROW) % pool_.rows_per_block();                                                       \
+  }                                                                                            \
+  STRATA_CHECK_MSG((ROW) >= 0 && blk_ < static_cast<int64_t>(tab_.size()),                     \
+                   "seq {} owner {}: row {} not allocated", SEQ, OWNER, ROW);                  \
+  RowLoc LOC{&pool_, tab_[blk_], r_};
+
+void CacheManager::write_row(SeqId seq, OwnerId owner, int64_t row, const float* x) {
+  STRATA_ROW_LOC(seq, owner, row, loc);
+  STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
+                   "write into shared block (seq {}, {} row {}): shared blocks are immutable",
+                   seq, graph_.owner(owner).label, row);
+  encode_state_row(graph_.owner(owner).spec, x, loc.pool->row(loc.block, loc.row));
+}
+
+void CacheManager::read_row(SeqId seq, OwnerId owner, int64_t row, float* out) const {
+  STRATA_ROW_LOC(seq, owner, row, loc);
+  decode_state_row(graph_.owner(owner).spec, loc.pool->row(loc.block, loc.row), out);
+}
+
+const uint8_t* CacheManager::raw_row(SeqId seq, OwnerId owner, int64_t row) const {
+  STRATA_ROW_LOC(seq, owner, row, loc);
+  return loc.pool->row(loc.block, loc.row);
+}
+
+namespace {
+OwnerId need_owner(const StateGraph& g, StateKind k, int layer) {
+  OwnerId o = g.find_owner(k, layer);
+  STRATA_CHECK_MSG(o >= 0, "layer {} owns no {}", layer, state_kind_name(k));
+  return o;
+}
+}  // namespace
+
+void CacheManager::write_window_row(SeqId seq, int layer, int64_t pos, const float* x) {
+  write_row(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos, x);
+}
+void CacheManager::read_window_row(SeqId seq, int layer, int64_t pos, float* out) const {
+  read_row(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos, out);
+}
+void CacheManager::read_window(SeqId seq, int layer, float* out) const {
+  OwnerId o = need_owner(graph_, StateKind::kWindowKv, layer);
+  const StateSpec& s = graph_.owner(o).spec;
+  for (int slot = 0; slot < s.rows_fixed; ++slot)
+    read_row(seq, o, slot, out + static_cast<int64_t>(slot) * s.row_elems);
+}
+void CacheManager::write_compressed_row(SeqId seq, int owner_layer, int64_t g, const float* x) {
+  write_row(seq, need_owner(graph_, StateKind::kCompressedKv, owner_layer), g, x);
+}
+void CacheManager::read_compressed_rows(SeqId seq, int owner_layer, int64_t g0, int64_t n,
+                                        float* out) const {
+  OwnerId o = need_owner(graph_, StateKind::kCompressedKv, owner_layer);
+  const int w = graph_.owner(o).spec.row_elems;
+  for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
+}
+void CacheManager::write_index_key(SeqId seq, int owner_layer, int64_t g, const float* x) {
+  write_row(seq, need_owner(graph_, StateKind::kIndexKeys, owner_layer), g, x);
+}
+void CacheManager::read_index_keys(SeqId seq, int owner_layer, int64_t g0, int64_t n,
+                                   float* out) const {
+  OwnerId o = need_owner(graph_, StateKind::kIndexKeys, owner_layer);
+  const int w = graph_.owner(o).spec.row_elems;
+  for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
+}
+
+void CacheManager::get_compressor_state(SeqId seq, int layer, bool index, float* kv,
+                                        float* score) const {
+  OwnerId o = need_owner(
+      graph_, index ? StateKind::kIndexCompressorState : StateKind::kCompressorState, layer);
+  const StateSpec& s = graph_.owner(o).spec;
+  const int w = s.row_elems / 2;
+  std::vector<float> row(s.row_elems);
+  for (int r = 0; r < s.rows_fixed; ++r) {
+    read_row(seq, o, r, row.data());
+    std::copy(row.begin(), row.begin() + w, kv + static_cast<int64_t>(r) * w);
+    std::copy(row.begin() + w, row.end(), score + static_cast<int64_t>(r) * w);
+  }
+}
+void CacheManager::set_compressor_state(SeqId seq, int layer, bool index, const float* kv,
+                                        const float* score) {
+  OwnerId o = need_owner(
+      graph_, index ? StateKind::kIndexCompressorState : StateKind::kCompressorState, layer);
+  const StateSpec& s = graph_.owner(o).spec;
+  const int w = s.row_elems / 2;
+  std::vector<float> row(s.row_elems);
+  for (int r = 0; r < s.rows_fixed; ++r) {
+    std::copy(kv + static_cast<int64_t>(r) * w, kv + static_cast<int64_t>(r + 1) * w, row.begin());
+    std::copy(score + static_cast<int64_t>(r) * w, score + static_cast<int64_t>(r + 1) * w,
+              row.begin() + w);
+    write_row(seq, o, r, row.data());
+  }
+}
+
+void CacheManager::get_engram_history(SeqId seq, int32_t* ids) const {
+  OwnerId o = need_owner(graph_, StateKind::kEngramHistory, -1);
+  const StateSpec& s = graph_.owner(o).spec;
+  std::vector<float> row(s.row_elems);
+  read_row(seq, o, 0, row.data());
+  for (int i = 0; i < s.row_elems; ++i) ids[i] = static_cast<int32_t>(row[i]);
+}
+void CacheManager::set_engram_history(SeqId seq, const int32_t* ids) {
+  OwnerId o = need_owner(graph_, StateKind::kEngramHistory, -1);
+  const StateSpec& s = graph_.owner(o).spec;
+  std::vector<float> row(s.row_elems);
+  for (int i = 0; i < s.row_elems; ++i) row[i] = static_cast<float>(ids[i]);
+  write_row(seq, o, 0, row.data());
+}
+
+// ---------------- introspection ----------------
+
+std::vector<PoolInfo> CacheManager::pools() const {
+  std::vector<PoolInfo> out = impl_->pool_info;
+  for (size_t p = 0; p < out.size(); ++p) {
+    out[p].num_blocks = impl_->pools[p].num_blocks();
+    out[p].num_free = impl_->pools[p].num_free();
+  }
+  return out;
+}
+
+int64_t CacheManager::num_cache_entries() const {
+  return static_cast<int64_t>(impl_->entries.size());
+}
+
+int64_t CacheManager::total_free_blocks() const {
+  int64_t t = 0;
+  for (const auto& p : impl_->pools) t += p.num_free();
+  return t;
+}
+int64_t CacheManager::total_blocks() const {
+  int64_t t = 0;
+  for (const auto& p : impl_->pools) t += p.num_blocks();
+  return t;
+}
+
+void CacheManager::clear_prefix_cache() {
+  Impl& I = *impl_;
+  for (auto& [k, e] : I.entries) {
+    for (size_t o = 0; o < e.paged.size(); ++o)
+      if (e.paged[o] >= 0) I.pools[I.pool_of[o]].unref(e.paged[o]);
+    for (size_t o = 0; o < e.snapshot.size(); ++o)
+      if (e.snapshot[o] >= 0) I.pools[I.pool_of[o]].unref(e.snapshot[o]);
+  }
+  I.entries.clear();
+  for (auto& [id, s] : I.seqs) {
+    s.published = 0;
+    s.last_key = 0;
+  }
+  ++I.generation;
+}
+
+void CacheManager::check_invariants() const {
+  const Impl& I = *impl_;
+  std::vector<std::vector<int32_t>> expect(I.pools.size());
+  for (size_t p = 0; p < I.pools.size(); ++p) {
+    std::string why;
+    STRATA_CHECK_MSG(I.pools[p].check_invariants(&why), "pool {}: {}", p, why);
+    expect[p].assign(I.pools[p].num_blocks(), 0);
+  }
+  const auto& owners = graph_.owners();
+  for (const auto& [id, s] : I.seqs) {
+    for (const auto& o : owners) {
+      const int p = I.pool_of[o.id];
+      const auto& tab = s.tables[o.id];
+      if (p < 0) {
+        STRATA_CHECK(tab.empty());
+        continue;
+      }
+      for (BlockId b : tab) ++expect[p].at(b);
+      if (!s.started) {
+        STRATA_CHECK(tab.empty());
+      } else if (I.paged[o.id]) {
+        const int64_t want = ceil_div(s.computed / o.spec.ratio, I.pools[p].rows_per_block());
+        STRATA_CHECK_MSG(static_cast<int64_t>(tab.size()) == want,
+                         "seq {} {}: {} blocks for {} positions (want {})", id, o.label,
+                         tab.size(), s.computed, want);
+      } else {
+        STRATA_CHECK(tab.size() == 1);
+      }
+    }
+    STRATA_CHECK(s.computed <= static_cast<int64_t>(s.tokens.size()));
+    STRATA_CHECK(s.published * block_tokens_ <= s.computed);
+  }
+  std::unordered_map<uint64_t, int64_t> kids;
+  for (const auto& [k, e] : I.entries) {
+    STRATA_CHECK(e.key == k);
+    for (size_t o = 0; o < e.paged.size(); ++o)
+      if (e.paged[o] >= 0) ++expect[I.pool_of[o]].at(e.paged[o]);
+    for (size_t o = 0; o < e.snapshot.size(); ++o)
+      if (e.snapshot[o] >= 0) ++expect[I.pool_of[o]].at(e.snapshot[o]);
+    if (e.index > 0) {
+      STRATA_CHECK_MSG(I.entries.count(e.parent), "cache entry {} lost its parent", e.index);
+      ++kids[e.parent];
+    }
+  }
+  for (const auto& [k, e] : I.entries)
+    STRATA_CHECK_MSG(kids[k] == e.children, "entry children count {} vs {}", e.children, kids[k]);
+  for (size_t p = 0; p < I.pools.size(); ++p)
+    for (int64_t b = 0; b < I.pools[p].num_blocks(); ++b)
+      STRATA_CHECK_MSG(I.pools[p].refcount(static_cast<BlockId>(b)) == expect[p][b],
+                       "pool {} block {}: refcount {} but {} users", p, b,
+                       I.pools[p].refcount(static_cast<BlockId>(b)), expect[p][b]);
+}
+
+}  // namespace strata

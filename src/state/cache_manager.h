@@ -1,0 +1,185 @@
+// CacheManager: the POLICY + PLAN layer over a StateGraph. It keeps, per sequence, a block
+// table per state owner (paged pools for growing kinds, one block per ring/fixed owner), the
+// prefix cache, and the per-sequence storage API the forward passes use to read/write rows.
+//
+// Lifecycle of one step (single-threaded; the scheduler drives it):
+//   add_sequence(seq, prompt)        registers token ids (no memory yet)
+//   plan = plan_step(items)          PURE: prefix match for new sequences, blocks needed,
+//                                    evictions, copies; or outcome kOutOfBlocks (typed, with
+//                                    the pool and the shortfall) -- the scheduler preempts or
+//                                    waits. Admission reserves only what the next step needs:
+//                                    compressor state is O(ratio) per request (field bug 5).
+//   commit(plan)                     the only mutator of a plan: evicts, allocates, shares hit
+//                                    blocks, copies boundary state, advances positions, and
+//                                    takes an in-flight lease on every block the step touches.
+//   ... forward pass writes rows via write_*/read_* for seq positions in the plan ...
+//   finish_step(plan)                releases the leases; publishes newly full blocks (and,
+//                                    when the step ended on an alignment boundary, the
+//                                    boundary window/compressor state) to the prefix cache.
+//   append_tokens(seq, ids)          decode: token ids become known after sampling.
+//   release(seq)                     finish / cancel / preempt: drops every table reference
+//                                    (blocks of an in-flight step stay leased until
+//                                    finish_step: no slot is reused before its last user).
+//
+// Prefix cache: content-addressed per alignment unit of `block_tokens` tokens (explicit,
+// stated by `inspect --state`; a multiple of every compression ratio). Key = XXH64 chain over
+// the unit's token ids, seeded by the parent key; the root seed hashes the model name, the
+// cache formats and CacheOptions::prefix_salt (tokenizer/checkpoint identity). A hit restores
+// compressed KV and index-key rows up to the boundary by sharing blocks, and the window rings,
+// compressor tails and Engram history by copying the boundary snapshot (exact; its size is
+// boundary_snapshot_bytes()). Hit length = the largest boundary k*unit with a snapshot (if
+// the model has ring/fixed state) and k*unit <= len-1 (at least one token is computed so the
+// step produces logits). Eviction, only when a free list is short (so freed transient blocks
+// are reused before cached blocks are evicted, field bug 4): first LRU boundary snapshots (no
+// dependents), then LRU leaf entries that actually free a block of a short pool.
+//
+// Errors: misuse (unknown seq, write outside allocated rows, stale plan) is a CHECK; running
+// out of blocks is StepPlan::outcome == kOutOfBlocks, never an exception.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "state/block_pool.h"
+#include "state/state_graph.h"
+
+namespace strata {
+
+using SeqId = int64_t;
+
+struct CacheOptions {
+  int block_tokens = 0;          // alignment unit; 0 = default (see default_block_tokens)
+  int max_seqs = 8;              // ring/fixed blocks for this many running sequences
+  int64_t max_tokens = 1 << 16;  // paged capacity: tokens across all sequences, per owner
+  int snapshot_slots = 8;        // extra ring/fixed blocks per owner for boundary snapshots
+  bool allocate_storage = true;  // false = metadata only (tests, benchmarks, inspect)
+  bool prefix_cache = true;
+  uint64_t prefix_salt = 0;      // tokenizer / checkpoint identity
+};
+
+// Smallest multiple of every growth ratio that is >= 64 tokens (16 for plain KV models).
+int default_block_tokens(const StateGraph& g);
+
+enum class PlanOutcome : uint8_t { kOk, kOutOfBlocks };
+
+struct StepItem {
+  SeqId seq = 0;
+  int64_t max_tokens = 0;  // process up to this many tokens of the sequence's known ids
+};
+
+struct SeqStepPlan {
+  SeqId seq = 0;
+  int64_t start_pos = 0;   // first position computed this step (after any prefix hit)
+  int64_t num_tokens = 0;  // positions [start_pos, start_pos + num_tokens)
+  int64_t hit_tokens = 0;  // > 0 only on a sequence's first step
+  bool first_step = false;
+};
+
+struct StepPlan {
+  PlanOutcome outcome = PlanOutcome::kOk;
+  std::string shortfall;            // kOutOfBlocks: which pool, needed vs available
+  int short_pool = -1;
+  int64_t blocks_needed = 0, blocks_available = 0;
+  std::vector<SeqStepPlan> seqs;
+  std::vector<uint64_t> drop_snapshots;  // entries whose boundary snapshot is dropped (keys)
+  std::vector<uint64_t> evict;      // prefix-cache entries to evict (keys), leaves first
+  std::vector<int64_t> new_blocks;  // per pool
+  int64_t copies = 0;               // boundary-snapshot block copies
+  uint64_t generation = 0;          // commit() CHECKs the manager did not change since
+  uint64_t id = 0;
+};
+
+struct PoolInfo {
+  StateKind kind;
+  int ratio;
+  int64_t rows_per_block, row_bytes, num_blocks, num_free;
+  std::vector<OwnerId> owners;
+};
+
+class CacheManager {
+ public:
+  CacheManager(const StateGraph& graph, CacheOptions opts);
+  ~CacheManager();
+  CacheManager(const CacheManager&) = delete;
+  CacheManager& operator=(const CacheManager&) = delete;
+
+  const StateGraph& graph() const { return graph_; }
+  int block_tokens() const { return block_tokens_; }
+  int64_t boundary_snapshot_bytes() const;  // bytes stored per cached boundary
+
+  // ---- sequences ----
+  void add_sequence(SeqId seq, const std::vector<int32_t>& prompt);
+  void append_tokens(SeqId seq, const std::vector<int32_t>& ids);
+  bool has_sequence(SeqId seq) const;
+  int64_t num_computed(SeqId seq) const;  // positions whose state is written (after commit)
+  int64_t num_known(SeqId seq) const;     // token ids known
+  // Drops everything the sequence holds (finish, cancel, preempt). A preempted request is
+  // re-added with add_sequence and may hit its own published prefix.
+  void release(SeqId seq);
+
+  // ---- plan / commit ----
+  StepPlan plan_step(const std::vector<StepItem>& items) const;
+  // Scheduler helper: the largest chunk <= max_tokens for an idle sequence that does not step
+  // over its last cacheable boundary floor((len-1)/unit)*unit without ending on it, so the
+  // boundary snapshot is stored and a re-sent prompt hits that many tokens (field bug 1).
+  int64_t suggest_chunk(SeqId seq, int64_t max_tokens) const;
+  void commit(const StepPlan& plan);
+  void finish_step(const StepPlan& plan);
+
+  // ---- storage API (rows in serving format; reads return the QDQ values) ----
+  // Generic: owner-level row access. For ring owners `row` is the absolute position (slot =
+  // pos mod W); for growing owners the compressed row index g (position g*ratio); for fixed
+  // owners the slot index. CHECKs the row is allocated to `seq`.
+  void write_row(SeqId seq, OwnerId owner, int64_t row, const float* x);
+  void read_row(SeqId seq, OwnerId owner, int64_t row, float* out) const;
+  // Serving-format bytes of one row (row_bytes of the owner's spec), for kernels that consume
+  // the packed format directly. Valid until the sequence is released.
+  const uint8_t* raw_row(SeqId seq, OwnerId owner, int64_t row) const;
+  // Window KV of `layer` (its own ring): slot pos mod W.
+  void write_window_row(SeqId seq, int layer, int64_t pos, const float* x);
+  void read_window_row(SeqId seq, int layer, int64_t pos, float* out) const;
+  // The whole ring of `layer` in slot order, out[W * head_dim] (slot s holds the latest
+  // position p with p mod W == s; never-written slots read 0).
+  void read_window(SeqId seq, int layer, float* out) const;
+  // Compressed KV / index keys of OWNER layer `owner_layer` (consumers pass their kv_owner /
+  // index_key_owner from LayerSchedule). Rows [g0, g0+n) into out[n * row_elems].
+  void write_compressed_row(SeqId seq, int owner_layer, int64_t g, const float* x);
+  void read_compressed_rows(SeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
+  void write_index_key(SeqId seq, int owner_layer, int64_t g, const float* x);
+  void read_index_keys(SeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
+  // Compressor partial state of `layer` (index=true: V4 indexer compressor): kv and score are
+  // [rows_fixed, width] f32 each. Fresh sequences read kv = 0, score = -inf.
+  void get_compressor_state(SeqId seq, int layer, bool index, float* kv, float* score) const;
+  void set_compressor_state(SeqId seq, int layer, bool index, const float* kv, const float* score);
+  // Engram history: (max_ngram-1) int32, newest last; fresh = all -2 (before start).
+  void get_engram_history(SeqId seq, int32_t* ids) const;
+  void set_engram_history(SeqId seq, const int32_t* ids);
+
+  // ---- introspection ----
+  std::vector<PoolInfo> pools() const;
+  int64_t num_cache_entries() const;
+  // Recomputes every refcount from tables + cache entries + leases and compares; checks
+  // free lists, row capacity of every sequence, hash-chain parents. Aborts (CHECK) on error.
+  void check_invariants() const;
+  // Drops every prefix-cache entry (tests: "zero leaked blocks at the end").
+  void clear_prefix_cache();
+  int64_t total_free_blocks() const;
+  int64_t total_blocks() const;
+
+ private:
+  struct Seq;
+  struct Entry;
+  struct Lease;
+  struct Impl;
+  StateGraph graph_;
+  CacheOptions opts_;
+  int block_tokens_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

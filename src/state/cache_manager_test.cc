@@ -1,0 +1,549 @@
+// CacheManager tests: storage API round trips, prefix hits at unit-1/unit/unit+1/2unit+1,
+// typed out-of-blocks, cancel during an in-flight step, eviction order, and the randomized
+// model-based test against a trivially correct reference (MISSION.md invariants).
+#include "state/cache_manager.h"
+#include "state/sequence_cache.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+std::string src_dir() {
+  const char* e = std::getenv("STRATA_SOURCE_DIR");
+  return e ? e : STRATA_SOURCE_DIR;
+}
+
+DeepseekConfig tiny_v41() {
+  auto c = load_deepseek_config(src_dir() + "/models/deepseek-v41-tiny/config.json");
+  STRATA_CHECK_MSG(c.ok(), "{}", c.status().to_string());
+  return c.value();
+}
+
+// ---- deterministic fake forward: every stored row is a function of the token prefix ----
+
+uint64_t prefix_hash(const std::vector<int32_t>& t, int64_t n, uint64_t salt) {
+  uint64_t h = 1469598103934665603ull ^ salt;
+  for (int64_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(t[i])) * 1099511628211ull;
+  return h;
+}
+
+std::vector<float> fake_row(uint64_t h, int n) {
+  std::mt19937_64 rng(h);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng);
+  return x;
+}
+
+std::vector<float> expect_row(const StateSpec& s, uint64_t h) {
+  auto x = fake_row(h, s.row_elems);
+  qdq_state_row(s, x.data());
+  return x;
+}
+
+// Verifies what a step at [start, end) would read, then writes what it produces.
+void fake_forward(CacheManager& cm, SeqId seq, const std::vector<int32_t>& toks, int64_t start,
+                  int64_t end) {
+  const StateGraph& g = cm.graph();
+  for (const auto& o : g.owners()) {
+    const StateSpec& s = o.spec;
+    std::vector<float> got(std::max(1, s.row_elems));
+    const uint64_t salt = static_cast<uint64_t>(o.id) * 7919u;
+    if (o.kind == StateKind::kWindowKv) {
+      for (int64_t p = std::max<int64_t>(0, start - s.rows_fixed); p < start; ++p) {
+        cm.read_row(seq, o.id, p, got.data());
+        ASSERT_EQ(got, expect_row(s, prefix_hash(toks, p + 1, salt)))
+            << o.label << " pos " << p << " start " << start;
+      }
+      for (int64_t p = std::max(start, end - s.rows_fixed); p < end; ++p) {
+        auto x = fake_row(prefix_hash(toks, p + 1, salt), s.row_elems);
+        cm.write_row(seq, o.id, p, x.data());
+      }
+    } else if (o.kind == StateKind::kCompressedKv || o.kind == StateKind::kIndexKeys ||
+               o.kind == StateKind::kPlainKv) {
+      const int m = s.ratio;
+      for (int64_t gr = 0; gr < start / m; ++gr) {
+        cm.read_row(seq, o.id, gr, got.data());
+        ASSERT_EQ(got, expect_row(s, prefix_hash(toks, (gr + 1) * m, salt)))
+            << o.label << " row " << gr << " start " << start;
+      }
+      for (int64_t gr = start / m; gr < end / m; ++gr) {
+        auto x = fake_row(prefix_hash(toks, (gr + 1) * m, salt), s.row_elems);
+        cm.write_row(seq, o.id, gr, x.data());
+      }
+    } else if (o.kind == StateKind::kCompressorState ||
+               o.kind == StateKind::kIndexCompressorState) {
+      for (int r = 0; r < s.rows_fixed; ++r) {
+        cm.read_row(seq, o.id, r, got.data());
+        if (start == 0) {
+          for (int i = 0; i < s.row_elems; ++i)
+            ASSERT_EQ(got[i], i < s.row_elems / 2 ? 0.f : -INFINITY) << o.label;
+        } else {
+          ASSERT_EQ(got, expect_row(s, prefix_hash(toks, start, salt + r))) << o.label;
+        }
+        auto x = fake_row(prefix_hash(toks, end, salt + r), s.row_elems);
+        cm.write_row(seq, o.id, r, x.data());
+      }
+    } else if (o.kind == StateKind::kEngramHistory) {
+      cm.read_row(seq, o.id, 0, got.data());
+      for (int i = 0; i < s.row_elems; ++i) {
+        int64_t p = start - s.row_elems + i;
+        ASSERT_EQ(got[i], p < 0 ? -2.f : static_cast<float>(toks[p])) << "engram " << i;
+      }
+      std::vector<float> h(s.row_elems);
+      for (int i = 0; i < s.row_elems; ++i) {
+        int64_t p = end - s.row_elems + i;
+        h[i] = p < 0 ? -2.f : static_cast<float>(toks[p]);
+      }
+      cm.write_row(seq, o.id, 0, h.data());
+    }
+  }
+}
+
+// One step for one sequence: plan, commit, fake forward, finish.
+SeqStepPlan run_step(CacheManager& cm, SeqId seq, const std::vector<int32_t>& toks,
+                     int64_t max_tokens) {
+  StepPlan p = cm.plan_step({{seq, max_tokens}});
+  EXPECT_EQ(p.outcome, PlanOutcome::kOk) << p.shortfall;
+  cm.commit(p);
+  const auto& sp = p.seqs[0];
+  fake_forward(cm, seq, toks, sp.start_pos, sp.start_pos + sp.num_tokens);
+  cm.finish_step(p);
+  cm.check_invariants();
+  return sp;
+}
+
+TEST(CacheManager, StorageRoundTripEveryKind) {
+  auto cfg = tiny_v41();
+  auto g = StateGraph::from_deepseek(cfg);
+  ASSERT_TRUE(g.ok());
+  CacheManager cm(*g, CacheOptions{.block_tokens = 8, .max_seqs = 2, .max_tokens = 256});
+  std::vector<int32_t> toks(40);
+  for (int i = 0; i < 40; ++i) toks[i] = 3 + i;
+  cm.add_sequence(1, toks);
+  // Chunks crossing window (16), ratio and unit boundaries; every read is verified.
+  for (int64_t chunk : {1, 2, 3, 5, 16, 13}) run_step(cm, 1, toks, chunk);
+  EXPECT_EQ(cm.num_computed(1), 40);
+  // Typed accessors agree with the generic ones.
+  std::vector<float> a(64), b(64);
+  cm.read_window_row(1, 3, 39, a.data());
+  cm.read_row(1, g->find_owner(StateKind::kWindowKv, 3), 39, b.data());
+  EXPECT_EQ(a, b);
+  std::vector<float> rows(3 * 64);
+  cm.read_compressed_rows(1, 2, 5, 3, rows.data());
+  cm.read_row(1, g->find_owner(StateKind::kCompressedKv, 2), 6, b.data());
+  EXPECT_EQ(std::vector<float>(rows.begin() + 64, rows.begin() + 128), b);
+  // Whole ring in slot order: slot s holds position 24 + ((s - 8) mod 16) after 40 tokens.
+  std::vector<float> ring(16 * 64);
+  cm.read_window(1, 3, ring.data());
+  for (int64_t pos = 24; pos < 40; ++pos) {
+    cm.read_window_row(1, 3, pos, a.data());
+    EXPECT_EQ(std::vector<float>(ring.begin() + (pos % 16) * 64, ring.begin() + (pos % 16 + 1) * 64), a);
+  }
+  // Raw serving bytes decode to the same row.
+  const OwnerId ck6 = g->find_owner(StateKind::kCompressedKv, 6);
+  decode_state_row(g->owner(ck6).spec, cm.raw_row(1, ck6, 17), a.data());
+  cm.read_row(1, ck6, 17, b.data());
+  EXPECT_EQ(a, b);
+  int32_t hist[3];
+  cm.get_engram_history(1, hist);
+  EXPECT_EQ(hist[0], toks[37]);
+  EXPECT_EQ(hist[2], toks[39]);
+  cm.release(1);
+  cm.check_invariants();
+}
+
+TEST(CacheManager, FreshCompressorStateAndTypedSetters) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  CacheManager cm(*g, CacheOptions{.block_tokens = 8, .max_seqs = 1, .max_tokens = 64});
+  cm.add_sequence(7, std::vector<int32_t>(5, 9));
+  StepPlan p = cm.plan_step({{7, 5}});
+  cm.commit(p);
+  std::vector<float> kv(2 * 64), sc(2 * 64);
+  cm.get_compressor_state(7, 2, false, kv.data(), sc.data());
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(kv[i], 0.f);
+    EXPECT_EQ(sc[i], -INFINITY);
+  }
+  for (int i = 0; i < 128; ++i) kv[i] = sc[i] = 0.5f * i;
+  cm.set_compressor_state(7, 2, false, kv.data(), sc.data());
+  std::vector<float> kv2(128), sc2(128);
+  cm.get_compressor_state(7, 2, false, kv2.data(), sc2.data());
+  EXPECT_EQ(kv, kv2);
+  EXPECT_EQ(sc, sc2);
+  cm.finish_step(p);
+  cm.release(7);
+}
+
+// Field bug 1: hits at unit-1, unit, unit+1, 2*unit+1 (the first run stops a chunk at the
+// last boundary below its length, as the scheduler is told to).
+TEST(CacheManager, PrefixHitAtAlignmentBoundaries) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  const int u = 8;
+  for (int len : {u - 1, u, u + 1, 2 * u + 1}) {
+    CacheManager cm(*g, CacheOptions{.block_tokens = u, .max_seqs = 4, .max_tokens = 512});
+    std::vector<int32_t> toks(len);
+    for (int i = 0; i < len; ++i) toks[i] = 100 + (i * 7) % 50;
+    cm.add_sequence(1, toks);
+    const int64_t boundary = ((len - 1) / u) * u;
+    // The scheduler asks for the whole prompt; suggest_chunk cuts it at the boundary.
+    EXPECT_EQ(cm.suggest_chunk(1, len), boundary > 0 ? boundary : len);
+    while (cm.num_computed(1) < len) run_step(cm, 1, toks, cm.suggest_chunk(1, len));
+    cm.release(1);
+    cm.add_sequence(2, toks);
+    auto sp = run_step(cm, 2, toks, len);  // fake_forward verifies restored rows
+    EXPECT_EQ(sp.hit_tokens, boundary) << "len " << len;
+    EXPECT_EQ(cm.num_computed(2), len);
+    // A longer prompt sharing the whole first prompt hits the same boundary.
+    auto longer = toks;
+    longer.insert(longer.end(), {5, 6, 7, 8, 9, 10, 11, 12, 13, 14});
+    cm.add_sequence(3, longer);
+    sp = run_step(cm, 3, longer, 100);
+    // The first run also stopped at `len`; when len is on a boundary that boundary has a
+    // snapshot too, and the longer prompt (len <= its length - 1) can use it.
+    EXPECT_EQ(sp.hit_tokens, len % u == 0 ? len : boundary) << "len " << len;
+    cm.release(2);
+    cm.release(3);
+    cm.clear_prefix_cache();
+    cm.check_invariants();
+    EXPECT_EQ(cm.total_free_blocks(), cm.total_blocks());
+  }
+}
+
+TEST(CacheManager, BasicHitNeedsBoundarySnapshot) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  CacheManager a(*g, CacheOptions{.block_tokens = 8, .prefix_salt = 1});
+  std::vector<int32_t> toks(17, 4);
+  a.add_sequence(1, toks);
+  run_step(a, 1, toks, 17);  // one chunk: units published, but no snapshot at 8 or 16
+  a.add_sequence(2, toks);
+  EXPECT_EQ(a.plan_step({{2, 17}}).seqs[0].hit_tokens, 0);
+  a.release(1);
+  a.add_sequence(3, toks);
+  run_step(a, 3, toks, 16);  // stops on the boundary: snapshot stored at 16
+  run_step(a, 3, toks, 1);
+  EXPECT_EQ(a.plan_step({{2, 17}}).seqs[0].hit_tokens, 16);
+}
+
+TEST(CacheManager, OutOfBlocksIsTypedAndRecoverable) {
+  LlamaStateDesc d{.n_layers = 2, .n_kv_heads = 1, .head_dim = 4};
+  auto g = StateGraph::from_llama(d);
+  // 16-token blocks; capacity ceil(64/16) + 1 = 5 blocks per layer.
+  CacheManager cm(*g, CacheOptions{.block_tokens = 16, .max_seqs = 1, .max_tokens = 64,
+                                   .allocate_storage = false});
+  cm.add_sequence(1, std::vector<int32_t>(80, 1));
+  cm.add_sequence(2, std::vector<int32_t>(40, 2));
+  StepPlan p = cm.plan_step({{1, 80}});
+  EXPECT_EQ(p.outcome, PlanOutcome::kOk);
+  cm.commit(p);
+  cm.finish_step(p);
+  StepPlan q = cm.plan_step({{2, 40}});
+  ASSERT_EQ(q.outcome, PlanOutcome::kOutOfBlocks);
+  EXPECT_EQ(q.blocks_needed, 2 * 3);
+  EXPECT_GE(q.short_pool, 0);
+  EXPECT_FALSE(q.shortfall.empty());
+  cm.check_invariants();
+  cm.release(1);  // preempt: its blocks are now held only by the prefix cache
+  cm.clear_prefix_cache();
+  StepPlan r = cm.plan_step({{2, 40}});
+  EXPECT_EQ(r.outcome, PlanOutcome::kOk);
+}
+
+// Field bug 11: cancel while the step is in flight; the blocks stay until the step ends.
+TEST(CacheManager, CancelDuringInFlightStep) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  CacheManager cm(*g, CacheOptions{.block_tokens = 8, .max_seqs = 2, .max_tokens = 128});
+  std::vector<int32_t> toks(20, 3);
+  cm.add_sequence(1, toks);
+  const int64_t free0 = cm.total_free_blocks();
+  StepPlan p = cm.plan_step({{1, 20}});
+  cm.commit(p);
+  const int64_t held = free0 - cm.total_free_blocks();
+  EXPECT_GT(held, 0);
+  cm.release(1);  // cancel
+  EXPECT_EQ(free0 - cm.total_free_blocks(), held);  // nothing reused early
+  fake_forward(cm, 1, toks, 0, 20);                  // the step may still write
+  cm.finish_step(p);
+  EXPECT_FALSE(cm.has_sequence(1));
+  cm.check_invariants();
+  EXPECT_EQ(cm.total_free_blocks(), free0);  // never published: everything back
+}
+
+// Field bug 4: blocks freed by finished requests are reused before cached blocks are evicted.
+TEST(CacheManager, FreeBlocksBeforeEviction) {
+  LlamaStateDesc d{.n_layers = 1, .n_kv_heads = 1, .head_dim = 4};
+  auto g = StateGraph::from_llama(d);
+  CacheManager cm(*g, CacheOptions{.block_tokens = 16, .max_seqs = 0, .max_tokens = 160,
+                                   .allocate_storage = false});
+  ASSERT_EQ(cm.total_blocks(), 10);
+  std::vector<int32_t> a(65, 1), b(65, 2), c(65, 3);
+  for (auto [id, t] : {std::pair{1, a}, std::pair{2, b}}) {
+    cm.add_sequence(id, t);
+    StepPlan p = cm.plan_step({{id, 65}});
+    ASSERT_EQ(p.outcome, PlanOutcome::kOk) << p.shortfall;
+    cm.commit(p);
+    cm.finish_step(p);
+    cm.release(id);
+  }
+  EXPECT_EQ(cm.num_cache_entries(), 8);  // 4 full units each
+  EXPECT_EQ(cm.total_free_blocks(), 2);  // the partial 5th blocks were freed
+  // A short request fits in the freed blocks: no eviction.
+  cm.add_sequence(3, std::vector<int32_t>(20, 9));
+  StepPlan p = cm.plan_step({{3, 20}});
+  EXPECT_TRUE(p.evict.empty());
+  cm.commit(p);
+  cm.finish_step(p);
+  cm.release(3);
+  EXPECT_EQ(cm.num_cache_entries(), 9);
+  // A long one needs eviction: LRU leaves first (b's chain is newer than a's).
+  cm.add_sequence(4, c);
+  p = cm.plan_step({{4, 65}});
+  ASSERT_EQ(p.outcome, PlanOutcome::kOk);
+  EXPECT_FALSE(p.evict.empty());
+  cm.commit(p);
+  cm.finish_step(p);
+  cm.check_invariants();
+  cm.add_sequence(5, b);
+  EXPECT_GT(cm.plan_step({{5, 65}}).seqs[0].hit_tokens, 0);  // b survived
+}
+
+// ---- randomized model-based test ----
+
+struct RefSeq {
+  std::vector<int32_t> toks;
+  int64_t computed = 0;
+  bool started = false;
+};
+
+void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_t seed,
+                int n_ops) {
+  CacheOptions o;
+  o.block_tokens = unit;
+  o.max_seqs = roomy ? 64 : 4;
+  o.max_tokens = roomy ? 1 << 15 : 6 * unit;
+  o.snapshot_slots = roomy ? 4096 : 3;
+  o.allocate_storage = storage;
+  CacheManager cm(g, o);
+  std::mt19937 rng(seed);
+  std::map<SeqId, RefSeq> ref;
+  std::map<uint64_t, StepPlan> inflight;  // plan id -> plan
+  std::set<SeqId> busy;
+  std::set<SeqId> cancelled;  // released while in flight: gone at finish, never published
+  // Reference prefix cache (exact in roomy mode: no eviction): unit prefixes published, and
+  // the boundaries that carry a snapshot.
+  std::set<std::vector<int32_t>> published, snap;
+  const bool stateful = cm.boundary_snapshot_bytes() > 0;
+  std::vector<std::vector<int32_t>> bases;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> b(5 * unit);
+    for (auto& t : b) t = 3 + rng() % 5;
+    bases.push_back(b);
+  }
+  SeqId next = 1;
+  int hits = 0, ooms = 0;
+  auto finish = [&](uint64_t id) {
+    StepPlan p = inflight.at(id);
+    inflight.erase(id);
+    for (const auto& sp : p.seqs) {
+      busy.erase(sp.seq);
+      auto it = ref.find(sp.seq);
+      if (it == ref.end() || cancelled.count(sp.seq)) continue;
+      const RefSeq& r = it->second;
+      if (roomy) {
+        for (int64_t k = 1; k * unit <= r.computed; ++k)
+          published.insert({r.toks.begin(), r.toks.begin() + k * unit});
+        if (r.computed % unit == 0 && r.computed > 0)
+          snap.insert({r.toks.begin(), r.toks.begin() + r.computed});
+      }
+    }
+    cm.finish_step(p);
+    for (auto it = ref.begin(); it != ref.end();) {  // cancelled while in flight: now gone
+      if (cm.has_sequence(it->first)) {
+        ++it;
+      } else {
+        EXPECT_TRUE(cancelled.count(it->first));
+        cancelled.erase(it->first);
+        it = ref.erase(it);
+      }
+    }
+  };
+  for (int op = 0; op < n_ops; ++op) {
+    const int what = rng() % 10;
+    if (what <= 1 && ref.size() < 6) {  // admit
+      std::vector<int32_t> t(bases[rng() % bases.size()]);
+      t.resize(1 + rng() % t.size());
+      for (int k = rng() % 3; k > 0; --k) t.push_back(3 + rng() % 5);
+      ref[next] = RefSeq{t, 0, false};
+      cm.add_sequence(next++, t);
+    } else if (what <= 5) {  // step a random batch of idle sequences
+      std::vector<StepItem> items;
+      for (auto& [id, r] : ref) {
+        if (busy.count(id) || r.computed >= static_cast<int64_t>(r.toks.size())) continue;
+        if (rng() % 2) continue;
+        int64_t mt = 1 + rng() % (3 * unit);
+        if (rng() % 3 == 0 && r.started) {  // end exactly on the next boundary
+          int64_t nb = (r.computed / unit + 1) * unit;
+          mt = std::max<int64_t>(1, nb - r.computed);
+        }
+        items.push_back({id, mt});
+      }
+      if (items.empty()) continue;
+      StepPlan p = cm.plan_step(items);
+      if (p.outcome == PlanOutcome::kOutOfBlocks) {
+        ++ooms;
+        ASSERT_GT(p.blocks_needed, p.blocks_available);
+        ASSERT_FALSE(roomy) << p.shortfall;
+        // Preempt a random idle sequence (it restarts from scratch later).
+        std::vector<SeqId> idle;
+        for (auto& [id, r] : ref)
+          if (!busy.count(id)) idle.push_back(id);
+        if (!idle.empty()) {
+          SeqId v = idle[rng() % idle.size()];
+          auto t = ref[v].toks;
+          cm.release(v);
+          ref.erase(v);
+          ref[next] = RefSeq{t, 0, false};
+          cm.add_sequence(next++, t);
+        }
+        cm.check_invariants();
+        continue;
+      }
+      for (const auto& sp : p.seqs) {
+        RefSeq& r = ref.at(sp.seq);
+        const int64_t len = static_cast<int64_t>(r.toks.size());
+        if (!r.started) {
+          ASSERT_TRUE(sp.first_step);
+          ASSERT_EQ(sp.hit_tokens % unit, 0);
+          ASSERT_LE(sp.hit_tokens, ((len - 1) / unit) * unit);
+          if (sp.hit_tokens > 0) {
+            ++hits;
+            std::vector<int32_t> pre(r.toks.begin(), r.toks.begin() + sp.hit_tokens);
+            if (roomy) ASSERT_TRUE(published.count(pre));
+          }
+          if (roomy) {  // exact: the longest published prefix with a snapshot
+            int64_t best = 0;
+            for (int64_t k = 1; k * unit <= len - 1; ++k) {
+              std::vector<int32_t> pre(r.toks.begin(), r.toks.begin() + k * unit);
+              if (!published.count(pre)) break;
+              if (!stateful || snap.count(pre)) best = k * unit;
+            }
+            ASSERT_EQ(sp.hit_tokens, best) << "seq " << sp.seq;
+          }
+          r.started = true;
+          r.computed = sp.hit_tokens;
+        }
+        ASSERT_EQ(sp.start_pos, r.computed);
+        r.computed += sp.num_tokens;
+        busy.insert(sp.seq);
+      }
+      cm.commit(p);
+      for (const auto& sp : p.seqs) {
+        ASSERT_EQ(cm.num_computed(sp.seq), ref.at(sp.seq).computed);
+        if (storage)
+          fake_forward(cm, sp.seq, ref.at(sp.seq).toks, sp.start_pos,
+                       sp.start_pos + sp.num_tokens);
+      }
+      inflight[p.id] = p;
+      if (rng() % 3) finish(p.id);
+    } else if (what == 6 && !inflight.empty()) {
+      finish(inflight.begin()->first);
+    } else if (what == 7) {  // decode: a fully computed idle sequence gets one sampled token
+      for (auto& [id, r] : ref)
+        if (!busy.count(id) && r.started && r.computed == static_cast<int64_t>(r.toks.size())) {
+          int32_t t = 3 + rng() % 5;
+          r.toks.push_back(t);
+          cm.append_tokens(id, {t});
+          break;
+        }
+    } else if (what == 8 && !ref.empty()) {  // cancel (possibly in flight)
+      auto it = ref.begin();
+      std::advance(it, rng() % ref.size());
+      cm.release(it->first);
+      if (!busy.count(it->first)) ref.erase(it);
+      else cancelled.insert(it->first);
+    } else if (what == 9 && !ref.empty()) {  // finish a completed request
+      for (auto& [id, r] : ref)
+        if (!busy.count(id) && r.computed == static_cast<int64_t>(r.toks.size()) && r.started) {
+          cm.release(id);
+          ref.erase(id);
+          break;
+        }
+    }
+    cm.check_invariants();
+    for (auto& [id, r] : ref) {
+      ASSERT_TRUE(cm.has_sequence(id));
+      ASSERT_EQ(cm.num_computed(id), r.computed);
+    }
+  }
+  while (!inflight.empty()) finish(inflight.begin()->first);
+  for (auto& [id, r] : ref) cm.release(id);
+  cm.check_invariants();
+  cm.clear_prefix_cache();
+  cm.check_invariants();
+  EXPECT_EQ(cm.total_free_blocks(), cm.total_blocks()) << "leaked blocks";
+  EXPECT_GT(hits, 0) << "the test never exercised a prefix hit";
+  if (!roomy) EXPECT_GT(ooms, 0) << "the test never exercised out-of-blocks";
+}
+
+TEST(CacheManagerRandomized, V41TinyRoomyExactHitsMetadata) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  randomized(*g, 8, /*storage=*/false, /*roomy=*/true, 1, 4000);
+}
+TEST(CacheManagerRandomized, V41TinyTightWithStorage) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  randomized(*g, 8, /*storage=*/true, /*roomy=*/false, 2, 3000);
+}
+TEST(CacheManagerRandomized, V41TinyRoomyWithStorage) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  randomized(*g, 8, /*storage=*/true, /*roomy=*/true, 5, 1500);
+}
+TEST(CacheManagerRandomized, V4TinyTightWithStorage) {
+  auto c = load_deepseek_config("/work/shared/golden/v4flash-tiny/config.json");
+  if (!c.ok()) GTEST_SKIP();
+  auto g = StateGraph::from_deepseek(*c);
+  ASSERT_TRUE(g.ok());
+  randomized(*g, 16, /*storage=*/true, /*roomy=*/false, 3, 2000);
+}
+TEST(CacheManagerRandomized, LlamaRoomyAndTight) {
+  auto g = StateGraph::from_llama({.n_layers = 3, .n_kv_heads = 2, .head_dim = 4});
+  randomized(*g, 4, /*storage=*/true, /*roomy=*/true, 4, 3000);
+  randomized(*g, 4, /*storage=*/true, /*roomy=*/false, 6, 3000);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+TEST(SequenceCacheTest, StepsAndReset) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  auto sc = SequenceCache::create(*g, 64).value();
+  std::vector<int32_t> toks;
+  for (int step : {5, 1, 1, 9}) {
+    std::vector<int32_t> ids(step, 11);
+    const int64_t start = sc->length();
+    ASSERT_TRUE(sc->begin_step(ids).ok());
+    toks.insert(toks.end(), ids.begin(), ids.end());
+    fake_forward(sc->cache(), sc->seq(), toks, start, sc->length());
+    sc->end_step();
+  }
+  EXPECT_EQ(sc->length(), 16);
+  EXPECT_EQ(sc->begin_step(std::vector<int32_t>(49, 1)).code(), StatusCode::kResourceExhausted);
+  sc->reset();
+  EXPECT_EQ(sc->length(), 0);
+  ASSERT_TRUE(sc->begin_step({1, 2, 3}).ok());
+  fake_forward(sc->cache(), sc->seq(), {1, 2, 3}, 0, 3);  // fresh state verified
+  sc->end_step();
+  sc->cache().check_invariants();
+}
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,32 @@
+// Human / machine readable reports of a StateGraph, for `strata inspect --state`:
+//   * format_state_text: owners -> consumers, bytes per token and per request per kind
+//     (owners counted once), backbone and draft (MTP/DSpark) stages on separate lines, the
+//     prefix-cache alignment unit and the bytes one cached boundary snapshot costs.
+//   * format_state_dot: Graphviz DOT (owners as boxes, layers as ellipses, write/read edges).
+//   * format_state_json: {"model", "alignment_unit_tokens", "boundary_snapshot_bytes",
+//     "kinds": [per (kind, stage) entry: owners, row_bytes, bytes_per_token,
+//     bytes_per_request_fixed, ...], "owners": [...], "transients": [...],
+//     "stages": {"backbone": {...}, "draft": {...}},
+//     "totals": {"bytes_per_token", "bytes_per_request_fixed"}}.
+// Byte totals are the StateGraph's owners-once sums (see state_graph.h).
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "state/state_graph.h"
+
+namespace strata {
+
+struct StateReportOptions {
+  int block_tokens = 0;  // alignment unit; 0 = default_block_tokens(graph)
+};
+
+std::string format_state_text(const StateGraph& g, const StateReportOptions& o = {});
+std::string format_state_dot(const StateGraph& g);
+std::string format_state_json(const StateGraph& g, const StateReportOptions& o = {});
+
+// "2.70 MB" style (decimal units) for reports.
+std::string format_bytes(double bytes);
+
+}  // namespace strata

@@ -1,0 +1,61 @@
+// The `inspect --state --json` report: totals equal the analytic owners-once figures derived
+// here from the spec (v41-architecture.md §3), per-kind entries, stages on separate entries.
+#include "state/state_report.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace strata {
+namespace {
+
+nlohmann::json report(const std::string& cfg) {
+  auto c = load_deepseek_config(cfg);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  auto g = StateGraph::from_deepseek(*c);
+  EXPECT_TRUE(g.ok());
+  return nlohmann::json::parse(format_state_json(*g));
+}
+
+TEST(StateReport, V41FlashJson) {
+  const std::string p = "/work/shared/data/configs/deepseek-v4.1-flash.config.json";
+  if (!std::filesystem::exists(p)) GTEST_SKIP();
+  auto j = report(p);
+  // 3 sources x (288 + 68) / 2 + (288 + 68) = 890 B/token.
+  EXPECT_DOUBLE_EQ(j["totals"]["bytes_per_token"].get<double>(), 3 * 356 / 2.0 + 356);
+  // Backbone: 40 rings x 128 x 528 + 3 compressor tails x 8192 + Engram 12 B.
+  EXPECT_EQ(j["stages"]["backbone"]["bytes_per_request_fixed"].get<int64_t>(),
+            40LL * 128 * 528 + 3 * 8192 + 12);
+  EXPECT_EQ(j["stages"]["draft"]["bytes_per_request_fixed"].get<int64_t>(), 3LL * 128 * 528);
+  EXPECT_EQ(j["totals"]["bytes_per_request_fixed"].get<int64_t>(),
+            43LL * 128 * 528 + 3 * 8192 + 12);
+  EXPECT_EQ(j["alignment_unit_tokens"].get<int>(), 64);
+  bool saw_ckv = false;
+  for (const auto& k : j["kinds"]) {
+    if (k["kind"] == "compressed_kv") {
+      saw_ckv = true;
+      EXPECT_EQ(k["owners"].get<int>(), 4);
+      EXPECT_EQ(k["row_bytes"].get<int>(), 288);
+      EXPECT_DOUBLE_EQ(k["bytes_per_token"].get<double>(), 3 * 288 / 2.0 + 288);
+    }
+  }
+  EXPECT_TRUE(saw_ckv);
+  EXPECT_EQ(j["transients"].size(), 9u);  // 8 top-k + 1 candidate mask
+}
+
+TEST(StateReport, TextMentionsUnitAndStages) {
+  auto c = load_deepseek_config("/work/shared/golden/v4flash-tiny/config.json");
+  if (!c.ok()) GTEST_SKIP();
+  auto g = StateGraph::from_deepseek(*c);
+  ASSERT_TRUE(g.ok());
+  std::string t = format_state_text(*g);
+  // Smallest multiple of lcm(4, 16) = 16 that is >= 64 tokens.
+  EXPECT_NE(t.find("alignment unit 64 tokens"), std::string::npos) << t;
+  EXPECT_NE(t.find("draft    stage"), std::string::npos);
+  std::string d = format_state_dot(*g);
+  EXPECT_EQ(d.rfind("digraph", 0), 0u);
+}
+
+}  // namespace
+}  // namespace strata

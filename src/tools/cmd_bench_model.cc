@@ -1,0 +1,233 @@
+// `strata bench model`: prefill and decode throughput of a model through the normal runner
+// path, with decode expressed as a fraction of the memory-bandwidth roofline measured in the
+// same run (streaming read, same thread count).
+// `strata bench make-llama2c`: writes a random-weight llama2.c legacy-v0 checkpoint (e.g. the
+// 85M-parameter reference model of docs/PERFORMANCE.md).
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "exec/llama_runner.h"
+#include "exec/runner_factory.h"
+#include "exec/sampler.h"
+#include "kernels/cpu_features.h"
+#include "kernels/membw.h"
+#include "model/llama2c_format.h"
+#include "tools/command_registry.h"
+
+namespace strata::tools {
+namespace {
+
+struct BenchModelCli {
+  std::string model;
+  int64_t prompt_tokens = 128;
+  int64_t decode_tokens = 128;
+  int threads = 0;
+  int repeats = 3;
+  int64_t bw_mib = 1024;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int run_bench_model(BenchModelCli& o) {
+  if (o.model.empty()) {
+    auto d = default_model_dir();
+    if (!d.ok()) {
+      fmt::print(stderr, "strata bench model: {}\n", d.status().to_string());
+      return 1;
+    }
+    o.model = *d;
+  }
+  RunnerOptions ro;
+  ro.threads = o.threads;
+  ro.progress = true;
+  auto runner_or = make_model_runner(o.model, ro);
+  if (!runner_or.ok()) {
+    fmt::print(stderr, "strata bench model: {}\n", runner_or.status().to_string());
+    return 1;
+  }
+  ModelRunner& runner = **runner_or;
+  const ModelInfo& info = runner.info();
+  const int threads = o.threads > 0 ? o.threads : ThreadPool(0).num_threads();
+  if (o.prompt_tokens < 1 || o.prompt_tokens + o.decode_tokens > info.max_context) {
+    fmt::print(stderr, "strata bench model: prompt + decode tokens must be in [1, {}]\n",
+               info.max_context);
+    return 1;
+  }
+
+  // 1. Read bandwidth with the same thread count.
+  ThreadPool bw_pool(threads);
+  const double bw = kernels::measure_read_bandwidth(bw_pool, size_t(o.bw_mib) << 20);
+
+  // 2. Prefill and decode through ModelRunner::step.
+  std::mt19937_64 rng(1234);
+  std::vector<int32_t> prompt(o.prompt_tokens);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % info.vocab_size);
+  if (info.bos_id >= 0) prompt[0] = info.bos_id;
+  std::vector<double> prefill_s, decode_s;
+  double decode_cpu = 0, decode_wall = 0;
+  std::vector<float> logits;
+  for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
+    const SeqId seq{rep};
+    if (Status st = runner.add_sequence(seq); !st.ok()) {
+      fmt::print(stderr, "strata bench model: {}\n", st.to_string());
+      return 1;
+    }
+    auto t0 = Clock::now();
+    StepItem item{seq, prompt, true};
+    if (Status st = runner.step({&item, 1}, &logits); !st.ok()) {
+      fmt::print(stderr, "strata bench model: {}\n", st.to_string());
+      return 1;
+    }
+    const double tp = seconds_since(t0);
+    auto t1 = Clock::now();
+    const double c1 = cpu_seconds();
+    for (int64_t i = 0; i < o.decode_tokens; ++i) {
+      const int32_t next = argmax(logits);
+      StepItem d{seq, std::span<const int32_t>(&next, 1), true};
+      if (Status st = runner.step({&d, 1}, &logits); !st.ok()) {
+        fmt::print(stderr, "strata bench model: {}\n", st.to_string());
+        return 1;
+      }
+    }
+    const double td = seconds_since(t1);
+    if (rep > 0) {
+      decode_cpu += cpu_seconds() - c1;
+      decode_wall += td;
+    }
+    runner.release_sequence(seq);
+    if (rep > 0) {
+      prefill_s.push_back(tp);
+      decode_s.push_back(td);
+    }
+  }
+  std::sort(prefill_s.begin(), prefill_s.end());
+  std::sort(decode_s.begin(), decode_s.end());
+  const double prefill_tps = o.prompt_tokens / prefill_s[prefill_s.size() / 2];
+  const double decode_tps = o.decode_tokens / decode_s[decode_s.size() / 2];
+
+  // 3. Roofline: bytes read per decode token (weights + KV at the average length).
+  double bytes_per_token = 0;
+  if (auto* lr = dynamic_cast<LlamaRunner*>(&runner)) {
+    const int64_t avg_len = o.prompt_tokens + o.decode_tokens / 2;
+    bytes_per_token = static_cast<double>(lr->decode_bytes_read(avg_len));
+  }
+  const double achieved = bytes_per_token * decode_tps;
+  const double roofline_tps = bytes_per_token > 0 ? bw / bytes_per_token : 0;
+  // Process CPU time during decode relative to threads × wall time (JSON only: a hint
+  // whether the machine was busy; CPU-time accounting in VMs can be coarse).
+  const double cpu_util = decode_cpu / std::max(1e-9, decode_wall * threads);
+  if (o.json) {
+    nlohmann::json j = {{"model", o.model},
+                        {"threads", threads},
+                        {"isa", kernels::isa_name(kernels::active_isa())},
+                        {"read_bandwidth_gbs", bw / 1e9},
+                        {"prompt_tokens", o.prompt_tokens},
+                        {"decode_tokens", o.decode_tokens},
+                        {"prefill_tok_s", prefill_tps},
+                        {"decode_tok_s", decode_tps},
+                        {"decode_bytes_per_token", bytes_per_token},
+                        {"decode_bandwidth_gbs", achieved / 1e9},
+                        {"decode_roofline_tok_s", roofline_tps},
+                        {"decode_cpu_utilization", cpu_util},
+                        {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("model          {} ({})\n", o.model, info.architecture);
+    fmt::print("threads        {} (kernels: {})\n", threads,
+               kernels::isa_name(kernels::active_isa()));
+    fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB)\n", bw / 1e9, o.bw_mib);
+    fmt::print("prefill        {:.1f} tok/s ({} tokens, median of {})\n", prefill_tps,
+               o.prompt_tokens, o.repeats);
+    fmt::print("decode         {:.1f} tok/s ({} tokens after the prompt, median of {})\n",
+               decode_tps, o.decode_tokens, o.repeats);
+    if (bytes_per_token > 0)
+      fmt::print("roofline       {:.2f} MB read/token -> {:.1f} tok/s at {:.2f} GB/s; decode "
+                 "reaches {:.1f}% ({:.2f} GB/s)\n",
+                 bytes_per_token / 1e6, roofline_tps, bw / 1e9, 100.0 * decode_tps / roofline_tps,
+                 achieved / 1e9);
+  }
+  return 0;
+}
+
+struct MakeLlama2cCli {
+  int32_t dim = 768, hidden = 2048, layers = 12, heads = 12, kv_heads = 0, vocab = 512;
+  int32_t seq_len = 1024;
+  bool unshared = false;
+  uint64_t seed = 1;
+  float scale = 0.05f;
+  std::string out;
+};
+
+void setup_bench_model(CLI::App& app) {
+  CLI::App* bench = app.get_subcommand("bench");
+  {
+    auto* cmd = bench->add_subcommand(
+        "model", "Prefill/decode tok/s and decode as a fraction of the measured read-bandwidth "
+                 "roofline");
+    auto o = std::make_shared<BenchModelCli>();
+    cmd->add_option("-m,--model", o->model, "Model directory (default: embedded stories260K)");
+    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length (prefill)")
+        ->capture_default_str();
+    cmd->add_option("--decode-tokens", o->decode_tokens, "Tokens decoded after the prompt")
+        ->capture_default_str();
+    cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
+        ->capture_default_str();
+    cmd->add_option("--repeats", o->repeats, "Measured repetitions (after one warm-up)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--bandwidth-mib", o->bw_mib, "Buffer size of the bandwidth measurement")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->callback([o] { set_exit_code(run_bench_model(*o)); });
+  }
+  {
+    auto* cmd = bench->add_subcommand(
+        "make-llama2c", "Write a random-weight llama2.c legacy-v0 checkpoint (fp32)");
+    auto o = std::make_shared<MakeLlama2cCli>();
+    cmd->add_option("--dim", o->dim)->capture_default_str();
+    cmd->add_option("--hidden", o->hidden)->capture_default_str();
+    cmd->add_option("--layers", o->layers)->capture_default_str();
+    cmd->add_option("--heads", o->heads)->capture_default_str();
+    cmd->add_option("--kv-heads", o->kv_heads, "KV heads (0: = heads)")->capture_default_str();
+    cmd->add_option("--vocab", o->vocab)->capture_default_str();
+    cmd->add_option("--seq-len", o->seq_len)->capture_default_str();
+    cmd->add_flag("--unshared", o->unshared, "Separate classifier (negative vocab in header)");
+    cmd->add_option("--seed", o->seed)->capture_default_str();
+    cmd->add_option("--scale", o->scale, "Uniform weight range ±scale")->capture_default_str();
+    cmd->add_option("--out", o->out, "Output .bin path")->required();
+    cmd->callback([o] {
+      Llama2cRandomOptions r;
+      r.header = {o->dim,   o->hidden, o->layers,  o->heads, o->kv_heads > 0 ? o->kv_heads : o->heads,
+                  o->vocab, o->seq_len, !o->unshared};
+      r.seed = o->seed;
+      r.scale = o->scale;
+      Status st = write_llama2c_random(o->out, r);
+      if (!st.ok()) {
+        fmt::print(stderr, "strata bench make-llama2c: {}\n", st.to_string());
+        set_exit_code(1);
+        return;
+      }
+      fmt::print("wrote {} ({} floats after the header)\n", o->out, r.header.num_floats());
+    });
+  }
+}
+}  // namespace
+STRATA_REGISTER_COMMAND("bench_model", setup_bench_model);
+}  // namespace strata::tools

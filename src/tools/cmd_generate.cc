@@ -1,0 +1,135 @@
+// `strata generate`: generates text from a prompt with a model directory (default: the
+// embedded models/stories260K), streaming it to stdout.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "base/thread_pool.h"
+#include "exec/generate.h"
+#include "exec/runner_factory.h"
+#include "model/tokenizer.h"
+#include "tools/command_registry.h"
+
+namespace strata::tools {
+namespace {
+
+struct GenerateCli {
+  std::string model;
+  std::string prompt;
+  bool have_prompt = false;
+  int64_t max_tokens = 256;
+  float temperature = 1.0f;
+  float top_p = 0.9f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool output_ids = false;
+  bool verbose = false;
+};
+
+int run_generate(GenerateCli& o) {
+  if (o.model.empty()) {
+    auto d = default_model_dir();
+    if (!d.ok()) {
+      fmt::print(stderr, "strata generate: {}\n", d.status().to_string());
+      return 1;
+    }
+    o.model = *d;
+  }
+  if (!o.have_prompt && !isatty(0)) {
+    o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
+      o.prompt.pop_back();
+  }
+  RunnerOptions ro;
+  ro.threads = o.threads;
+  ro.progress = true;
+  auto runner = make_model_runner(o.model, ro);
+  if (!runner.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", runner.status().to_string());
+    return 1;
+  }
+  auto tok = load_tokenizer_from_dir(o.model);
+  if (!tok.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", tok.status().to_string());
+    return 1;
+  }
+  GenerateOptions go;
+  go.max_tokens = o.max_tokens;
+  go.sampling.temperature = o.temperature;
+  go.sampling.top_p = o.top_p;
+  go.sampling.top_k = o.top_k;
+  go.sampling.min_p = o.min_p;
+  go.sampling.seed = o.seed;
+  bool ends_with_newline = true;
+  go.on_text = [&](const std::string& s) {
+    if (s.empty()) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+    ends_with_newline = s.back() == '\n';
+  };
+  auto res = generate(**runner, **tok, o.prompt, go);
+  if (!res.ok()) {
+    std::fflush(stdout);
+    fmt::print(stderr, "\nstrata generate: {}\n", res.status().to_string());
+    return 1;
+  }
+  if (!ends_with_newline) std::fputc('\n', stdout);
+  if (o.output_ids) fmt::print("[{}]\n", fmt::join(res->generated_ids, ","));
+  std::fflush(stdout);
+  if (o.verbose) {
+    const double n = static_cast<double>(res->generated_ids.size());
+    fmt::print(stderr,
+               "[generate] model {} | prompt {} tokens in {:.3f}s ({:.1f} tok/s) | {} tokens "
+               "generated, decode {:.1f} tok/s | threads {}\n",
+               o.model, res->prompt_ids.size(), res->prefill_seconds,
+               res->prompt_ids.size() / std::max(1e-9, res->prefill_seconds),
+               res->generated_ids.size(),
+               n > 1 ? (n - 1) / std::max(1e-9, res->decode_seconds) : 0.0,
+               o.threads);
+  }
+  return 0;
+}
+
+void setup_generate(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "Generate text from a prompt (streams to stdout). Starts from BOS, stops at BOS/EOS or "
+      "after --max-tokens tokens");
+  auto o = std::make_shared<GenerateCli>();
+  cmd->add_option("prompt_arg", o->prompt, "Prompt text (alternatively --prompt or stdin)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: read stdin when it is not a "
+                                            "terminal, else empty)");
+  cmd->add_option("-m,--model", o->model,
+                  "Model directory (default: the embedded models/stories260K)");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "Min-p filter relative to the top token (0: off)")
+      ->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
+      ->capture_default_str();
+  cmd->add_flag("--output-ids", o->output_ids,
+                "After the text, print the generated token ids as one JSON array on the last "
+                "line of stdout");
+  cmd->add_flag("-v,--verbose", o->verbose, "Print timing to stderr");
+  cmd->callback([o, cmd] {
+    o->have_prompt = cmd->count("--prompt") > 0 || cmd->count("prompt_arg") > 0;
+    set_exit_code(run_generate(*o));
+  });
+}
+}  // namespace
+STRATA_REGISTER_COMMAND("generate", setup_generate);
+}  // namespace strata::tools

@@ -1,0 +1,99 @@
+// `strata serve`: the OpenAI-compatible server (serve/serving_stack.h) on a model directory
+// (default: the embedded models/stories260K), bound to 127.0.0.1 unless --host says
+// otherwise. SIGINT/SIGTERM shut it down: open requests end with an error, then the
+// listener stops.
+#include <csignal>
+#include <pthread.h>
+
+#include <fmt/format.h>
+
+#include "serve/serving_stack.h"
+#include "tools/command_registry.h"
+
+namespace strata::tools {
+namespace {
+
+struct ServeCli {
+  std::string model;
+  std::string served_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int threads = 0;
+  int http_threads = 64;
+  int32_t max_num_seqs = 16;
+  int64_t max_num_batched_tokens = 512;
+  int64_t chunk_size = 256;
+  int64_t kv_cache_tokens = 0;
+  uint64_t seed = 0;
+  size_t max_body_bytes = 8 << 20;
+};
+
+int run_serve(ServeCli& o) {
+  if (o.model.empty()) {
+    auto d = default_model_dir();
+    if (!d.ok()) {
+      fmt::print(stderr, "strata serve: {}\n", d.status().to_string());
+      return 1;
+    }
+    o.model = *d;
+  }
+  // Signals go to a sigwait() in this thread only; block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  ServeOptions so;
+  so.model_dir = o.model;
+  so.http.host = o.host;
+  so.http.port = o.port;
+  so.http.threads = o.http_threads;
+  so.http.max_body_bytes = o.max_body_bytes;
+  so.http.model_name = o.served_name;
+  so.engine.scheduler.max_num_seqs = o.max_num_seqs;
+  so.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  so.engine.scheduler.chunk_size = o.chunk_size;
+  so.engine.seed = o.seed;
+  so.runner.threads = o.threads;
+  so.runner.kv_cache_tokens = o.kv_cache_tokens;
+  so.runner.progress = true;
+  so.runner.name = o.served_name;
+  auto stack = ServingStack::start(so);
+  if (!stack.ok()) {
+    fmt::print(stderr, "strata serve: {}\n", stack.status().to_string());
+    return 1;
+  }
+  const ModelInfo& info = (*stack)->runner().info();
+  fmt::print("strata serve: listening on http://{}:{} (model '{}', {}, context {} tokens)\n",
+             o.host, (*stack)->port(), (*stack)->http().model_name(), info.architecture,
+             info.max_context);
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&set, &sig);
+  fmt::print(stderr, "strata serve: signal {}, shutting down\n", sig);
+  (*stack)->shutdown();
+  return 0;
+}
+
+void setup_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeCli>();
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model", o->model, "Model directory (default: the embedded stories260K)");
+  cmd->add_option("--served-model-name", o->served_name, "Model id in the API (default: directory name)");
+  cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1, loopback only)");
+  cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (one per open stream)")->check(CLI::Range(2, 4096));
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences running at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step (prefill + decode)")->check(CLI::PositiveNumber);
+  cmd->add_option("--chunk-size", o->chunk_size, "Max prompt tokens one sequence feeds per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-tokens", o->kv_cache_tokens, "KV capacity in tokens (0: runner default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413");
+  cmd->callback([o] { set_exit_code(run_serve(*o)); });
+}
+
+}  // namespace
+STRATA_REGISTER_COMMAND("serve", setup_serve);
+}  // namespace strata::tools

@@ -1,0 +1,393 @@
+// End-to-end: the real server (ServingStack: make_model_runner + tokenizer + Engine +
+// HttpServer) on the embedded stories260K model, bound to 127.0.0.1 on a free port.
+// Exercises every endpoint, streaming and not, concurrency, client disconnect mid-stream
+// (state and slot come back, checked through /metrics), each bad input, and bench-serve
+// replays of the Mooncake and Azure trace slices in testdata/traces.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <thread>
+
+#include "exec/generate.h"
+#include "serve/bench_client.h"
+#include "serve/bench_report.h"
+#include "serve/bench_workload.h"
+#include "serve/serving_stack.h"
+#include "serve/test_http_client.h"
+
+namespace strata {
+namespace {
+
+using json = nlohmann::json;
+using testing::http_get;
+using testing::http_post;
+
+std::string source_dir() {
+  const char* src = std::getenv("STRATA_SOURCE_DIR");
+  return src ? src : STRATA_SOURCE_DIR;
+}
+
+class ServeE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ServeOptions o;
+    o.model_dir = source_dir() + "/models/stories260K";
+    o.http.host = "127.0.0.1";
+    o.http.port = 0;
+    o.http.threads = 32;
+    o.http.max_body_bytes = 256 * 1024;
+    o.engine.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 256, .chunk_size = 64};
+    o.runner.threads = 2;
+    auto s = ServingStack::start(o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    stack_ = s->release();
+  }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static int port() { return stack_->port(); }
+
+  // Polls /metrics until `pred(text)` holds (bounded: ~10 s).
+  static std::string wait_metrics(const std::function<bool(const std::string&)>& pred) {
+    std::string text;
+    for (int i = 0; i < 200; ++i) {
+      text = http_get(port(), "/metrics").body;
+      if (pred(text)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return text;
+  }
+
+  static ServingStack* stack_;
+};
+ServingStack* ServeE2eTest::stack_ = nullptr;
+
+double metric(const std::string& text, const std::string& name_and_labels) {
+  const size_t p = text.find("\n" + name_and_labels + " ");
+  if (p == std::string::npos) return -1;
+  return std::stod(text.substr(p + name_and_labels.size() + 2));
+}
+
+const std::string kModelLabel = "{model_name=\"stories260K\"}";
+
+void expect_openai_error(const testing::HttpReply& r, int status) {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+}
+
+TEST_F(ServeE2eTest, HealthAndModels) {
+  EXPECT_EQ(http_get(port(), "/health").status, 200);
+  auto m = http_get(port(), "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  json j = json::parse(m.body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["id"], "stories260K");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+}
+
+TEST_F(ServeE2eTest, GreedyCompletionMatchesGenerate) {
+  // Reference: exec/generate.h on a separately loaded runner (no scheduler, no server).
+  RunnerOptions ro;
+  ro.threads = 1;
+  auto runner = make_model_runner(source_dir() + "/models/stories260K", ro);
+  ASSERT_TRUE(runner.ok());
+  auto tok = load_tokenizer_from_dir(source_dir() + "/models/stories260K");
+  ASSERT_TRUE(tok.ok());
+  GenerateOptions go;
+  go.max_tokens = 40;
+  go.sampling.temperature = 0;
+  auto ref = generate(**runner, **tok, "Once upon a time", go);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_FALSE(ref->text.empty());
+
+  auto r = http_post(port(), "/v1/completions",
+                     R"({"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], ref->text);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int64_t>(ref->prompt_ids.size()));
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int64_t>(),
+            static_cast<int64_t>(ref->generated_ids.size()) + (ref->stopped_by_token ? 1 : 0));
+
+  // Streaming gives the same text, chunk by chunk, ending in [DONE] with usage.
+  auto s = http_post(port(), "/v1/completions",
+                     R"({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0,
+                         "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done);
+  std::string text;
+  std::string finish;
+  bool usage = false;
+  for (const std::string& d : s.data) {
+    json c = json::parse(d);
+    ASSERT_FALSE(c.contains("error")) << d;
+    if (c.contains("usage") && !c["usage"].is_null()) usage = true;
+    if (c["choices"].empty()) continue;
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, ref->text);
+  EXPECT_TRUE(usage);
+  EXPECT_EQ(finish, ref->stopped_by_token ? "stop" : "length");
+}
+
+TEST_F(ServeE2eTest, SeededSamplingIsReproducibleAndLogprobs) {
+  const char* body = R"({"prompt": "The cat", "max_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": 7, "logprobs": 2})";
+  auto a = http_post(port(), "/v1/completions", body);
+  auto b = http_post(port(), "/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  json ja = json::parse(a.body), jb = json::parse(b.body);
+  EXPECT_EQ(ja["choices"][0]["text"], jb["choices"][0]["text"]);
+  const json& lp = ja["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object());
+  EXPECT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
+  for (const json& v : lp["token_logprobs"]) EXPECT_LE(v.get<double>(), 0.0);
+  for (const json& t : lp["top_logprobs"]) EXPECT_EQ(t.size(), 2u);
+}
+
+TEST_F(ServeE2eTest, ChatCompletionsPlainTemplate) {
+  auto r = http_post(port(), "/v1/chat/completions",
+                     R"({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 12, "temperature": 0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  auto s = http_post(port(), "/v1/chat/completions",
+                     R"({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 12, "temperature": 0, "stream": true})");
+  ASSERT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done);
+  ASSERT_FALSE(s.data.empty());
+  json first = json::parse(s.data.front());
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (const std::string& d : s.data) {
+    json c = json::parse(d);
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, j["choices"][0]["message"]["content"]);
+}
+
+TEST_F(ServeE2eTest, ConcurrentRequestsEqualTheirSoloOutputs) {
+  const int n = 8;
+  auto body = [](int i) {
+    return json({{"prompt", "Tim and " + std::to_string(i) + " friends"},
+                 {"max_tokens", 24 + i},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"stream", i % 2 == 0}})
+        .dump();
+  };
+  auto text_of = [](const testing::HttpReply& r) {
+    if (r.data.empty()) return json::parse(r.body)["choices"][0]["text"].get<std::string>();
+    std::string t;
+    for (const auto& d : r.data) {
+      json c = json::parse(d);
+      if (!c["choices"].empty()) t += c["choices"][0]["text"].get<std::string>();
+    }
+    return t;
+  };
+  std::vector<std::string> solo(n), together(n);
+  for (int i = 0; i < n; ++i) {
+    auto r = http_post(port(), "/v1/completions", body(i));
+    ASSERT_EQ(r.status, 200);
+    solo[i] = text_of(r);
+  }
+  std::vector<std::thread> threads;
+  std::vector<testing::HttpReply> replies(n);
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { replies[i] = http_post(port(), "/v1/completions", body(i)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(replies[i].status, 200);
+    EXPECT_EQ(text_of(replies[i]), solo[i]) << "request " << i;
+  }
+}
+
+TEST_F(ServeE2eTest, ClientDisconnectMidStreamFreesEverything) {
+  const std::string before = http_get(port(), "/metrics").body;
+  const double aborted0 =
+      metric(before, "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}");
+  // A long generation; the client hangs up after 3 chunks.
+  auto r = http_post(port(), "/v1/completions",
+                     R"({"prompt": "Once", "max_tokens": 500, "ignore_eos": true, "stream": true})",
+                     /*disconnect_after=*/3);
+  EXPECT_EQ(r.data.size(), 3u);
+  EXPECT_FALSE(r.done);
+  const std::string after = wait_metrics([&](const std::string& t) {
+    return metric(t, "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}") >
+           aborted0;
+  });
+  EXPECT_EQ(metric(after, "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"),
+            aborted0 + 1);
+  EXPECT_EQ(metric(after, "strata:num_requests_running" + kModelLabel), 0);
+  EXPECT_EQ(metric(after, "strata:num_requests_waiting" + kModelLabel), 0);
+  EXPECT_EQ(metric(after, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
+  EXPECT_GT(metric(after, "strata:cache_capacity_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
+  // The server still serves.
+  EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})").status, 200);
+}
+
+TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", )"), 400);
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": "9"})"), 400);
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "temperature": [1]})"), 400);
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 0})"), 400);
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": -1})"), 400);
+  expect_openai_error(http_post(port(), "/v1/chat/completions", R"({"messages": "x"})"), 400);
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": [1, 2, 99999]})"), 400);
+  // Prompt longer than the 512-token context, as ids and as text.
+  json long_ids = {{"prompt", std::vector<int32_t>(600, 5)}};
+  auto r = http_post(port(), "/v1/completions", long_ids.dump());
+  expect_openai_error(r, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "context_length_exceeded");
+  std::string words;
+  for (int i = 0; i < 700; ++i) words += " cat";
+  expect_openai_error(http_post(port(), "/v1/completions", json({{"prompt", words}}).dump()), 400);
+  // Body over the limit (256 KiB here).
+  json big = {{"prompt", "x"}, {"padding", std::string(300 * 1024, 'y')}};
+  expect_openai_error(http_post(port(), "/v1/completions", big.dump()), 413);
+  // Unknown model.
+  auto m = http_post(port(), "/v1/completions", R"({"model": "gpt-9", "prompt": "x"})");
+  expect_openai_error(m, 404);
+  EXPECT_EQ(json::parse(m.body)["error"]["code"], "model_not_found");
+  // Unknown fields are ignored.
+  EXPECT_EQ(http_post(port(), "/v1/completions",
+                      R"({"prompt": "x", "max_tokens": 2, "frobnicate": {"a": [1, 2]}, "user": "u"})")
+                .status,
+            200);
+}
+
+TEST_F(ServeE2eTest, MetricsExposeVllmNames) {
+  ASSERT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "A dog", "max_tokens": 5})").status, 200);
+  const std::string t = http_get(port(), "/metrics").body;
+  for (const char* name :
+       {"strata:time_to_first_token_seconds_count", "strata:inter_token_latency_seconds_count",
+        "strata:e2e_request_latency_seconds_count", "strata:request_queue_time_seconds_count",
+        "strata:num_requests_running", "strata:num_requests_waiting", "strata:prompt_tokens_total",
+        "strata:generation_tokens_total", "strata:prefix_cache_queries_total",
+        "strata:prefix_cache_hits_total", "strata:num_preemptions_total"}) {
+    EXPECT_GE(metric(t, std::string(name) + kModelLabel), 0) << name;
+  }
+  EXPECT_GE(metric(t, "strata:generation_tokens_total" + kModelLabel), 5);
+  EXPECT_NE(t.find("# TYPE strata:time_to_first_token_seconds histogram"), std::string::npos);
+}
+
+TEST_F(ServeE2eTest, BenchReplaysMooncakeSlice) {
+  WorkloadOptions wo;
+  wo.vocab = 512;
+  wo.max_context = 512;
+  wo.block_tokens = 16;
+  wo.time_scale = 0.02;   // 15 s of trace -> 0.3 s
+  wo.length_scale = 0.05;
+  auto w = load_mooncake_trace(source_dir() + "/testdata/traces/mooncake_conversation_head50.jsonl", wo);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  // Independently computed (a short Python script over the same 50 lines, same rules):
+  // 13 requests need more than 512 tokens; 36 of the 481 replayed blocks have their chain
+  // in an earlier replayed request.
+  EXPECT_EQ(w->skipped_too_long, 13);
+  EXPECT_EQ(w->requests.size(), 37u);
+  EXPECT_EQ(w->oracle_blocks, 481);
+  EXPECT_NEAR(w->oracle_prefix_hit_rate, 36.0 / 481.0, 1e-12);
+  BenchClientOptions co;
+  co.url = "http://127.0.0.1:" + std::to_string(port());
+  auto run = run_benchmark(*w, co);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  json s = summarize_bench(*w, *run, {.ttft_ms = 60000});
+  EXPECT_EQ(s["completed"], 37) << s["errors"].dump();
+  EXPECT_EQ(s["failed"], 0);
+  int64_t expected_in = 0, expected_out = 0;
+  for (const auto& r : w->requests) {
+    expected_in += static_cast<int64_t>(r.prompt.size());
+    expected_out += r.output_tokens;
+  }
+  EXPECT_EQ(s["total_input_tokens"], expected_in);
+  EXPECT_EQ(s["total_output_tokens"], expected_out);  // ignore_eos: exact lengths
+  EXPECT_GT(s["mean_ttft_ms"].get<double>(), 0);
+  EXPECT_GT(s["request_throughput"].get<double>(), 0);
+  // The /metrics delta counts each prompt token once (first admission only).
+  EXPECT_EQ(run->prefix_cache_queries, static_cast<double>(expected_in));
+  // Measured hit rate vs the oracle: only meaningful with a prefix cache in the runner.
+  if (stack_->runner().prefix_alignment() > 0) {
+    EXPECT_NEAR(s["prefix_cache_hit_rate"].get<double>(), w->oracle_prefix_hit_rate, 0.02);
+  } else {
+    EXPECT_EQ(run->prefix_cache_hits, 0);
+  }
+}
+
+TEST_F(ServeE2eTest, BenchReplaysAzureSlice) {
+  WorkloadOptions wo;
+  wo.vocab = 512;
+  wo.max_context = 512;
+  wo.time_scale = 0.02;   // ~37 s of trace -> 0.7 s
+  wo.length_scale = 0.05;
+  auto w = load_azure_trace(source_dir() + "/testdata/traces/azure_code_2023_head50.csv", wo);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(static_cast<int64_t>(w->requests.size()) + w->skipped_too_long, 50);
+  ASSERT_GT(w->requests.size(), 30u);
+  BenchClientOptions co;
+  co.url = "http://127.0.0.1:" + std::to_string(port());
+  co.max_concurrency = 16;
+  auto run = run_benchmark(*w, co);
+  ASSERT_TRUE(run.ok());
+  json s = summarize_bench(*w, *run, {});
+  EXPECT_EQ(s["completed"].get<size_t>(), w->requests.size()) << s["errors"].dump();
+  EXPECT_EQ(s["failed"], 0);
+  EXPECT_FALSE(render_bench_svg(*run, "azure").empty());
+}
+
+TEST_F(ServeE2eTest, PreemptionUnderSmallKvCacheKeepsOutputsExact) {
+  // A second server whose KV cache holds only 640 tokens: six concurrent requests of
+  // ~60 + 120 tokens cannot all fit, so the scheduler preempts and recomputes. Every
+  // output must still equal the request's solo output on the roomy server.
+  ServeOptions o;
+  o.model_dir = source_dir() + "/models/stories260K";
+  o.http.port = 0;
+  o.http.threads = 16;
+  o.engine.scheduler = {.max_num_seqs = 6, .max_num_batched_tokens = 128, .chunk_size = 32};
+  o.runner.threads = 1;
+  o.runner.kv_cache_tokens = 640;
+  auto small = ServingStack::start(o);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  const int n = 6;
+  auto body = [](int i) {
+    std::vector<int32_t> prompt;
+    for (int k = 0; k < 60; ++k) prompt.push_back(3 + (i * 37 + k * 11) % 500);
+    return json({{"prompt", prompt}, {"max_tokens", 120}, {"temperature", 0}, {"ignore_eos", true}})
+        .dump();
+  };
+  std::vector<std::string> solo(n);
+  for (int i = 0; i < n; ++i) {
+    auto r = http_post(port(), "/v1/completions", body(i));
+    ASSERT_EQ(r.status, 200) << r.body;
+    solo[i] = json::parse(r.body)["choices"][0]["text"];
+  }
+  std::vector<testing::HttpReply> replies(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { replies[i] = http_post((*small)->port(), "/v1/completions", body(i)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
+    EXPECT_EQ(json::parse(replies[i].body)["choices"][0]["text"], solo[i]) << "request " << i;
+  }
+  const std::string m = http_get((*small)->port(), "/metrics").body;
+  EXPECT_GT(metric(m, "strata:num_preemptions_total" + kModelLabel), 0);
+  EXPECT_EQ(metric(m, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
+  (*small)->shutdown();
+}
+
+}  // namespace
+}  // namespace strata
