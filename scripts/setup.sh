@@ -5,8 +5,8 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkgconf ccache
       libopenblas-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
       libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
-      libpcre2-dev libxxhash-dev libzstd-dev
-      libgtest-dev libgmock-dev libbenchmark-dev)
+      libpcre2-dev libicu-dev libxxhash-dev libzstd-dev
+      libgtest-dev libgmock-dev libbenchmark-dev curl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

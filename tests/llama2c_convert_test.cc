@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "exec/llama_runner.h"
@@ -192,6 +193,29 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mqa_unshared_odd", 40, 52, 3, 5, 1, 19, 24, false, false},
                       Case{"gqa_unshared_bf16", 48, 80, 2, 6, 2, 37, 32, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The embedded model is exactly what `strata convert` makes of the original llama2.c file
+// (when the shared original is available next to the repo).
+TEST(Llama2cConvertEmbedded, EmbeddedStories260kIsConvertOutput) {
+  const char* env = std::getenv("STRATA_SOURCE_DIR");
+  const fs::path src = env != nullptr && *env != 0 ? env : STRATA_SOURCE_DIR;
+  const fs::path orig = src.parent_path() / "shared/data/tiny_models/stories260K";
+  if (!fs::exists(orig / "stories260K.bin")) GTEST_SKIP() << "no " << orig;
+  const fs::path out = fs::temp_directory_path() / "strata_l2c_embedded";
+  Llama2cConvertOptions co;
+  co.checkpoint = (orig / "stories260K.bin").string();
+  co.tokenizer = (orig / "tok512.bin").string();
+  co.out_dir = out.string();
+  ASSERT_TRUE(convert_llama2c(co).ok());
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.bin"})
+    EXPECT_TRUE(read_all(out / f) == read_all(src / "models/stories260K" / f)) << f;
+  fs::remove_all(out);
+}
 
 TEST(Llama2cConvertErrors, TruncatedAndBadHeader) {
   const fs::path dir = fs::temp_directory_path() / "strata_l2c_err";

@@ -225,9 +225,13 @@ TEST_F(ServeE2eTest, ClientDisconnectMidStreamFreesEverything) {
                      /*disconnect_after=*/3);
   EXPECT_EQ(r.data.size(), 3u);
   EXPECT_FALSE(r.done);
+  // /metrics is eventually consistent (gauges and histograms are separate snapshots):
+  // wait until the abort is counted and the gauges show the slot back.
   const std::string after = wait_metrics([&](const std::string& t) {
     return metric(t, "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}") >
-           aborted0;
+               aborted0 &&
+           metric(t, "strata:num_requests_running" + kModelLabel) == 0 &&
+           metric(t, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}") == 0;
   });
   EXPECT_EQ(metric(after, "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"),
             aborted0 + 1);

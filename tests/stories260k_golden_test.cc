@@ -14,6 +14,7 @@
 #include "exec/generate.h"
 #include "exec/llama_runner.h"
 #include "exec/runner_factory.h"
+#include "kernels/cpu_features.h"
 #include "model/tokenizer.h"
 
 namespace strata {
@@ -108,6 +109,27 @@ TEST(Stories260kGolden, BatchChunkAndThreadInvariant) {
     EXPECT_EQ(0, std::memcmp(results[i].data(), results[0].data(), results[0].size() * 4))
         << "variant " << i << " differs";
   }
+}
+
+TEST(Stories260kGolden, ScalarAndAvx2KernelsGiveIdenticalLogits) {
+  if (!kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2";
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
+  std::vector<std::vector<float>> out;
+  for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+    kernels::force_isa(isa);
+    RunnerOptions ro;
+    ro.threads = 2;
+    auto rr = LlamaRunner::create(model_dir(), ro);
+    ASSERT_TRUE(rr.ok());
+    ASSERT_TRUE((*rr)->add_sequence(SeqId{1}).ok());
+    auto a = logits_of(**rr, SeqId{1}, prompt);
+    auto b = logits_of(**rr, SeqId{1}, {432});
+    a.insert(a.end(), b.begin(), b.end());
+    out.push_back(a);
+  }
+  kernels::force_isa(kernels::Isa::kAvx2);
+  ASSERT_EQ(out[0].size(), out[1].size());
+  EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4));
 }
 
 TEST(Stories260kGolden, StepErrorsLeaveStateUntouched) {

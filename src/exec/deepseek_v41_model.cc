@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -171,7 +169,7 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
       dot = dot * dscale;
       const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
       const float sg = std::copysign(mag, dot);
-      const float gate = 1.0f / (1.0f + std::exp(-sg));
+      const float gate = 1.0f / (1.0f + v41::sleef_expf(0.0f - sg));
       for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
     }
   }
@@ -192,7 +190,7 @@ void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t
         uv = std::clamp(uv, -lim, lim);
         gv = std::min(gv, lim);
       }
-      float hv = (gv / (1.0f + std::exp(-gv))) * uv;
+      float hv = (gv / (1.0f + v41::sleef_expf(0.0f - gv))) * uv;
       if (route_w) hv = route_w[r] * hv;
       g[r * I + k] = round_to_bf16(hv);
     }
@@ -219,29 +217,20 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
       if (config_.score_func == "softmax") {
         s = l;  // normalised below
       } else if (config_.score_func == "sigmoid") {
-        s = 1.0f / (1.0f + std::exp(-l));
+        s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
       } else {
-        s = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(l)));
+        s = std::sqrt(l > 20.0f ? l : std::log1p(v41::sleef_expf(l)));
       }
       sc[e] = s;
     }
     if (config_.score_func == "softmax") {
       float mx = *std::max_element(sc.begin(), sc.end());
       float sum = 0;
-      for (auto& v : sc) sum += (v = std::exp(v - mx));
+      for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
       for (auto& v : sc) v = v / sum;
     }
     for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
     std::vector<int32_t> idx = v41::torch_topk(biased.data(), E, k, true);
-    if (const char* dbg = std::getenv("V41_DEBUG_MOE")) {
-      int dl = -1, dp = -1;
-      std::sscanf(dbg, "%d,%d", &dl, &dp);
-      if (dl == L && dp == c.s0 + i) {
-        std::fprintf(stderr, "moe L%d p%lld:", L, (long long)(c.s0 + i));
-        for (int64_t e = 0; e < E; ++e) std::fprintf(stderr, " %.9g(%.9g)", biased[e], logit[i * E + e]);
-        std::fprintf(stderr, "\n");
-      }
-    }
     std::vector<float> w(k);
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
@@ -296,6 +285,8 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   c.S = S;
   c.routes = opt.routes;
   c.decode_step = opt.decode_step && S == 1;
+  c.width_end = c.s0 + S;
+  if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
   c.topk.resize(cf.n_layers);
   c.candidates.resize(cf.n_layers);
   if (c.routes) {

@@ -64,6 +64,14 @@ struct V41ForwardOptions {
   // (pos+1)/ratio rows (zeros past its end). Prompt chunks (false) always use their own
   // owner's keys, as the reference whole-prompt prefill does, so chunked == whole prefill.
   bool decode_step = false;
+  // For prompt chunks: the length of the whole prompt, when the caller knows it. The
+  // reference runs a prompt as one call whose list widths depend on its length (window list
+  // min(L, W) entries, top-k width min(index_topk, L/m), index score rows of L/m entries, the
+  // -inf padding of which steers torch.topk's tie order). A chunk given prompt_len lays out
+  // every list exactly as that one call would, so chunked prefill is bit-identical to whole
+  // prefill. 0 = unknown: widths follow the chunk's own end (identical values up to
+  // last-bit reduction-order and exact-tie effects).
+  int64_t prompt_len = 0;
 };
 
 struct V41LoadOptions {

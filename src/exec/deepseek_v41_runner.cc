@@ -70,6 +70,7 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
   opt.routes = &routes;
   opt.decode_step = prompt_len_ >= 0 ? start_pos >= prompt_len_
                                      : (tokens.size() == 1 && start_pos > 0);
+  if (!opt.decode_step && prompt_len_ >= 0) opt.prompt_len = prompt_len_;
   STRATA_RETURN_IF_ERROR(model_->forward(seq_.get(), tokens, opt, &out.logits));
   out.moe = std::move(routes.moe);
   out.index = std::move(routes.index);

@@ -67,6 +67,9 @@ class DeepseekV41GoldenTarget : public GoldenTarget {
   // one-token call at position > 0 is taken as a decode step (right except for a final
   // one-token prompt chunk).
   void queue_prompt_lengths(std::vector<int64_t> lengths) { prompt_lengths_ = std::move(lengths); }
+  // The current case's prompt length (call after reset(); overrides the queue). Intended
+  // for a GoldenTarget hook the validator would call per case.
+  void set_prompt_length(int64_t n) { prompt_len_ = n; }
   StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override;
   const DeepseekV41Model& model() const { return *model_; }
 

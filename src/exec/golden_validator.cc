@@ -310,6 +310,7 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
     return r;
   }
   const int64_t L = r.prompt_len;
+  target.set_prompt_length(L);
   const std::vector<int> index_ids = target.index_layer_ids();
   const int64_t chunk = opt.chunk_size > 0 ? opt.chunk_size : std::max<int64_t>(L, 1);
   bool diverged = false;

@@ -60,6 +60,10 @@ class GoldenTarget {
   // Layer id of each index slot (index_source_layers), used to order MoE vs index routes in
   // execution order (layer l: its indexer, then its MoE). Empty = slot s counts as layer s.
   virtual std::vector<int> index_layer_ids() const { return {}; }
+  // Called after reset() with the case's prompt length (a serving engine knows it at
+  // admission). Targets that reproduce the reference's call-shape-dependent numerics use it
+  // to compute prompt chunks as rows of one whole-prompt call. Default: ignored.
+  virtual void set_prompt_length(int64_t prompt_len) { (void)prompt_len; }
 };
 
 struct GoldenOptions {

@@ -151,7 +151,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
                                 scratch.data(), att_.data() + r * qd + h * hd);
       }
     };
-    if (M * nh * max_t * hd < (1 << 14)) {
+    if (M * nh * max_t * hd < (int64_t{1} << 18)) {  // small: not worth waking workers
       attend(0, M * nh);
     } else {
       pool->parallel_for(M * nh, attend);

@@ -8,19 +8,20 @@
 //   * window: query p sees positions max(0, p-W+1)..p, read from this call's fresh KV for
 //     positions >= s0 and from the ring for earlier ones; the ring is written after the
 //     call's attention (a chunk must not overwrite rows its own earlier queries still read).
-//     List layout (matters only for the kernel's 64-entry softmax blocks): s0 == 0 uses the
-//     reference prefill layout (min(S, W) entries, unreachable ones trailing), s0 > 0 the
-//     decode layout (W entries, unreachable ones leading).
+//     List layout (the kernel's 64-entry softmax blocks and torch's reduction order over them
+//     see where the invalid entries sit): prompt chunks use the reference prefill layout
+//     (min(L, W) entries, unreachable ones trailing, L = V41ForwardOptions::prompt_len or the
+//     chunk's end), decode steps the reference decode layout (W entries, unreachable leading).
 //   * compressor: tokens enter their group slot p mod m one by one; a group is pooled when
 //     its last token (p+1) mod m == 0 arrives, whichever call that is.
-//   * indexer: scores rows 0..(s0+S)/m-1, masks rows >= (p+1)/m per query (exactly the
-//     reference prefill mask; for decode the same number), k = min(index_topk, (s0+S)/m).
+//   * indexer: score rows of L/m entries (rows >= (p+1)/m masked to -inf, exactly the
+//     reference prefill mask; for decode L = p+1), k = min(index_topk, L/m), top-k with
+//     torch's tie order. Decode steps read the published index keys (reference quirk, see
+//     V41ForwardOptions::decode_step).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <cstdio>
-#include <cstdlib>
 
 #include "base/check.h"
 #include "exec/v41_forward_ctx.h"
@@ -74,7 +75,7 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
       float e[16];
       float sum = 0.0f;
       for (int r = 0; r < m; ++r) {
-        e[r] = std::exp(c.seq->comp_score_slot(L, r)[j] - mx);
+        e[r] = v41::sleef_expf(c.seq->comp_score_slot(L, r)[j] - mx);
         sum += e[r];
       }
       float v = 0.0f;
@@ -92,7 +93,7 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
   const V41IndexerWeights& iw = weights_->layer(L).attn.indexer;
   const int64_t S = c.S, m = ls.ratio;
   const int64_t ih = config_.index_n_heads, id = config_.index_head_dim;
-  const int64_t clen = (c.s0 + S) / m;
+  const int64_t clen = c.width_end / m;  // score row width (the call's end in the reference)
   Ctx::TopK& out = c.topk[L];
   out.rows.assign(S, {});
   out.width = 0;
@@ -114,14 +115,9 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
 
   int kowner = ls.index_key_owner;
   if (c.decode_step && c.seq->published_index_owner() >= 0) kowner = c.seq->published_index_owner();
-  if (const char* fo = std::getenv("V41_FORCE_KOWNER")) {
-    int fl = -1, fp = -1, fk = -1;
-    std::sscanf(fo, "%d,%d,%d", &fl, &fp, &fk);
-    if (fl == L && fp == c.s0) kowner = fk;
-  }
   const int64_t krows = c.seq->index_key_rows(kowner);
-  STRATA_CHECK_MSG(kowner != ls.index_key_owner || krows >= clen, "layer {}: {} index keys < {}", L,
-                   krows, clen);
+  STRATA_CHECK_MSG(kowner != ls.index_key_owner || krows >= (c.s0 + S) / m,
+                   "layer {}: {} index keys < {}", L, krows, (c.s0 + S) / m);
   const std::vector<float> zero_key(id, 0.0f);
   const bool cand_src = ls.is_candidate_source;
   const bool use_cand = ls.uses_candidates;
@@ -172,15 +168,6 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
       const uint8_t* cm = &(*cand)[i * clen];
       for (int64_t g = 0; g < clen; ++g)
         if (!cm[g]) score[g] = kNegInf;
-    }
-    if (const char* dbg = std::getenv("V41_DEBUG_IDX")) {
-      int dl = -1, dt = -1;
-      std::sscanf(dbg, "%d,%d", &dl, &dt);
-      if (dl == L && dt == p) {
-        std::fprintf(stderr, "idx L%d p%lld s0=%lld:", L, (long long)p, (long long)c.s0);
-        for (int64_t g = 0; g < clen; ++g) std::fprintf(stderr, " %g", score[g]);
-        std::fprintf(stderr, "\n");
-      }
     }
     std::vector<int32_t> sel = topk_ascending(score.data(), clen, k, false);
     std::vector<int32_t>& row = out.rows[i];
@@ -269,8 +256,9 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     auto window_ptr = [&](int64_t pos) -> const float* {
       return pos >= s0 ? &kv[(pos - s0) * hd] : c.seq->window_row(L, pos);
     };
-    if (s0 == 0) {
-      const int64_t width = std::min(S, W);
+    if (!c.decode_step) {
+      // Reference prefill layout: min(L, W) entries from max(0, p-W+1), unreachable trailing.
+      const int64_t width = std::min(c.width_end, W);
       const int64_t first = std::max<int64_t>(p - W + 1, 0);
       for (int64_t j = 0; j < width; ++j) {
         const int64_t pos = first + j;
@@ -286,21 +274,6 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       const auto& sel = topk->rows[i];
       for (int32_t g : sel) rows.push_back(c.seq->compressed_row(ls.kv_owner, g));
       for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
-    }
-    if (const char* dbg = std::getenv("V41_DEBUG_ATT")) {
-      int dl = -1, dp = -1;
-      std::sscanf(dbg, "%d,%d", &dl, &dp);
-      if (dl == L && dp == p) {
-        std::fprintf(stderr, "att L%d p%lld s0=%lld n=%zu:", L, (long long)p, (long long)s0, rows.size());
-        for (const float* r : rows) {
-          double cs = 0;
-          if (r) for (int64_t k = 0; k < hd; ++k) cs += r[k] * (k + 1);
-          std::fprintf(stderr, " %.6g", r ? cs : -1.0);
-        }
-        double qs = 0;
-        for (int64_t k = 0; k < H * hd; ++k) qs += q[i * H * hd + k] * (k % 7 + 1);
-        std::fprintf(stderr, " | q %.9g\n", qs);
-      }
     }
     for (int64_t h = 0; h < H; ++h) {
       float* oh = &o[(i * H + h) * hd];

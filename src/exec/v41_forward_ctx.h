@@ -22,6 +22,7 @@ struct DeepseekV41Model::Ctx {
   std::vector<float> h;         // [S, hc, D] residual streams (bf16 values)
   V41Routes* routes = nullptr;
   bool decode_step = false;
+  int64_t width_end = 0;  // end position that sets list widths (see V41ForwardOptions)
 
   struct TopK {
     int64_t width = 0;                        // list width k = min(index_topk, compress_len)

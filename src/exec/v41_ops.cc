@@ -229,16 +229,6 @@ void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int
       const uint16_t* r = w.u16() + n * in;
       for (int64_t k = 0; k < in; ++k) wrow[k] = bf16_to_f32(r[k]);
     }
-    static const int gemv_mode = std::getenv("V41_GEMV") ? std::atoi(std::getenv("V41_GEMV")) : 0;
-    if (M == 1 && gemv_mode > 0 && in % 8 == 0) {
-      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t k = 0; k < in; ++k) a[k % 8] = std::fma(x[k], wrow[k], a[k % 8]);
-      float r;
-      if (gemv_mode == 1) r = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-      else r = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-      y[n] = r;
-      continue;
-    }
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = x + m * in;
       float acc = 0.0f;
@@ -355,7 +345,7 @@ RopeTable::RopeTable(int rope_dim, double theta, int64_t original_seq_len, doubl
   const float ftheta = static_cast<float>(theta);
   for (int i = 0; i < dim / 2; ++i) {
     float e = static_cast<float>(2 * i) / static_cast<float>(dim);
-    freqs_[i] = 1.0f / std::pow(ftheta, e);
+    freqs_[i] = 1.0f / sleef_powf(ftheta, e);
   }
   if (original_seq_len > 0) {
     auto corrected = [&](double rot) {
@@ -381,8 +371,9 @@ void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
   const float fp = static_cast<float>(pos);
   for (int i = 0; i < rope_dim_ / 2; ++i) {
     float ang = fp * freqs_[i];
-    float c = static_cast<float>(std::cos(static_cast<double>(ang)));
-    float s = static_cast<float>(std::sin(static_cast<double>(ang)));
+    // torch.polar: scalar std::cos / std::sin on float (libm cosf / sinf).
+    float c = std::cos(ang);
+    float s = std::sin(ang);
     if (inverse) s = -s;
     float a = x[2 * i], b = x[2 * i + 1];
     float ac = a * c, bs = b * s, as = a * s, bc = b * c;
@@ -442,6 +433,9 @@ float sleef_expf(float d) {
   const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
   const float kL2U = 0.693145751953125f;
   const float kL2L = 1.428606765330187045e-06f;
+  if (std::isnan(d)) return d;
+  if (d < -104.0f) return 0.0f;  // SLEEF's underflow cut (also keeps the int cast defined)
+  if (d > 104.0f) return std::numeric_limits<float>::infinity();
   const int32_t q = static_cast<int32_t>(std::nearbyint(d * kRLn2));
   const float fq = static_cast<float>(q);
   float s = std::fma(fq, -kL2U, d);
@@ -455,15 +449,107 @@ float sleef_expf(float d) {
   u = 1.0f + std::fma(s * s, u, s);
   auto pow2i = [](int32_t e) { return f32_from_bits(static_cast<uint32_t>(e + 0x7f) << 23); };
   u = u * pow2i(q >> 1) * pow2i(q - (q >> 1));
-  if (d < -104.0f) u = 0.0f;
-  if (d > 104.0f) u = std::numeric_limits<float>::infinity();
   return u;
+}
+
+namespace {
+// SLEEF double-float helpers (FMA variants) for sleef_powf.
+struct F2 {
+  float x, y;
+};
+F2 df_add2_ff(float x, float y) {
+  float s = x + y, v = s - x;
+  return {s, (x - (s - v)) + (y - v)};
+}
+F2 df_add2_f2f(F2 x, float y) {
+  float s = x.x + y, v = s - x.x;
+  return {s, ((x.x - (s - v)) + (y - v)) + x.y};
+}
+F2 df_add2_f2f2(F2 x, F2 y) {
+  float s = x.x + y.x, v = s - x.x;
+  float t = (x.x - (s - v)) + (y.x - v);
+  return {s, t + (x.y + y.y)};
+}
+F2 df_add_f2f2(F2 x, F2 y) {
+  float s = x.x + y.x;
+  return {s, (((x.x - s) + y.x) + x.y) + y.y};
+}
+F2 df_add_ff2(float x, F2 y) {
+  float s = x + y.x;
+  return {s, ((x - s) + y.x) + y.y};
+}
+F2 df_normalize(F2 t) {
+  float s = t.x + t.y;
+  return {s, (t.x - s) + t.y};
+}
+F2 df_scale(F2 d, float s) { return {d.x * s, d.y * s}; }
+F2 df_mul_f2f(F2 x, float y) {
+  float s = x.x * y;
+  return {s, std::fma(x.y, y, std::fma(x.x, y, -s))};
+}
+F2 df_mul_f2f2(F2 x, F2 y) {
+  float s = x.x * y.x;
+  return {s, std::fma(x.x, y.y, std::fma(x.y, y.x, std::fma(x.x, y.x, -s)))};
+}
+F2 df_squ(F2 x) {
+  float s = x.x * x.x;
+  return {s, std::fma(x.x + x.x, x.y, std::fma(x.x, x.x, -s))};
+}
+F2 df_div(F2 n, F2 d) {
+  float t = 1.0f / d.x;
+  float s = n.x * t;
+  float u = std::fma(t, n.x, -s);
+  float v = std::fma(-d.y, t, std::fma(-d.x, t, 1.0f));
+  return {s, std::fma(s, v, std::fma(n.y, t, u))};
+}
+F2 sleef_logkf(float d) {
+  const float q = d * (1.0f / 0.75f);
+  int ex;
+  std::frexp(q, &ex);  // q = m * 2^ex, m in [0.5, 1): ilogb = ex - 1
+  const int e = ex - 1;
+  const float m = std::ldexp(d, -e);
+  F2 x = df_div(df_add2_ff(-1.0f, m), df_add2_ff(1.0f, m));
+  F2 x2 = df_squ(x);
+  float t = 0.240320354700088500976562f;
+  t = std::fma(t, x2.x, 0.285112679004669189453125f);
+  t = std::fma(t, x2.x, 0.400007992982864379882812f);
+  const F2 c{0.66666662693023681640625f, 3.69183861259614332084311e-09f};
+  const F2 ln2{0.69314718246459960938f, -1.904654323148236017e-09f};
+  return df_add2_f2f2(df_mul_f2f(ln2, static_cast<float>(e)),
+                      df_add2_f2f2(df_scale(x, 2.0f),
+                                   df_mul_f2f2(df_mul_f2f2(x2, x), df_add2_f2f2(df_mul_f2f(x2, t), c))));
+}
+float sleef_expkf(F2 d) {
+  const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+  const float kL2U = 0.693145751953125f;
+  const float kL2L = 1.428606765330187045e-06f;
+  if (d.x < -104.0f) return 0.0f;
+  const float u0 = (d.x + d.y) * kRLn2;
+  const int32_t q = static_cast<int32_t>(std::nearbyint(u0));
+  const float fq = static_cast<float>(q);
+  F2 s = df_add2_f2f(d, fq * -kL2U);
+  s = df_add2_f2f(s, fq * -kL2L);
+  s = df_normalize(s);
+  float u = 0.00136324646882712841033936f;
+  u = std::fma(u, s.x, 0.00836596917361021041870117f);
+  u = std::fma(u, s.x, 0.0416710823774337768554688f);
+  u = std::fma(u, s.x, 0.166665524244308471679688f);
+  u = std::fma(u, s.x, 0.499999850988388061523438f);
+  F2 t = df_add_f2f2(s, df_mul_f2f(df_squ(s), u));
+  t = df_add_ff2(1.0f, t);
+  return std::ldexp(t.x + t.y, q);
+}
+}  // namespace
+
+float sleef_powf(float x, float y) {
+  if (y == 0.0f || x == 1.0f) return 1.0f;
+  STRATA_CHECK(x > 0.0f && std::isfinite(x) && std::isfinite(y));
+  return sleef_expkf(df_mul_f2f(sleef_logkf(x), y));
 }
 
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc,
                        int iters, float eps, float* pre, float* post, float* comb) {
-  static const bool use_sleef = std::getenv("V41_LIBM_EXP") == nullptr;
-  auto ex = [](float x) { return use_sleef ? sleef_expf(x) : std::exp(x); };
+  auto ex = [](float x) { return sleef_expf(x); };
   auto sigmoid = [&](float x) { return 1.0f / (1.0f + ex(0.0f - x)); };
   for (int c = 0; c < hc; ++c) {
     pre[c] = sigmoid(mixes[c] * scale[0] + base[c]) + eps;

@@ -95,6 +95,9 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
 
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);
+// powf for x > 0 as SLEEF's xpowf (u10, FMA; ATen's AVX2 Vectorized<float>::pow), used for
+// the RoPE base frequencies theta^(2i/d) (precompute_freqs_cis).
+float sleef_powf(float x, float y);
 
 // mHC: pre [hc], post [hc], comb [hc*hc] (row i = source stream, column j = destination)
 // from the mixes row [(2+hc)*hc] (hc_split_sinkhorn).

@@ -63,6 +63,10 @@ void matmul(const float* x, int64_t M, const WeightMatrix& w, float* y) {
 }  // namespace ref
 
 namespace {
+// Products below this many multiply-adds (~10-20 µs of work) run on the calling thread:
+// waking pool workers costs more than it saves, badly so on a busy machine.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+
 // Scalar path over W rows [n0, n1), same order as ref::matmul.
 void matmul_rows_scalar(const float* x, int64_t M, const WeightMatrix& w, float* y, int64_t n0,
                         int64_t n1) {
@@ -102,7 +106,7 @@ void matmul(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPo
   constexpr int64_t kBlock = 16;
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   const int64_t work = M * N * w.cols;
-  if (pool == nullptr || pool->num_threads() <= 1 || work < (1 << 15)) {
+  if (pool == nullptr || pool->num_threads() <= 1 || work < kMinParallelMacs) {
     run(0, N);
     return;
   }
@@ -133,7 +137,7 @@ void matmul_multi(const float* x, int64_t M, std::initializer_list<const WeightM
       matmul_rows_scalar(x, M, *wv[i], yv[i], n0, n1);
     }
   };
-  if (pool == nullptr || pool->num_threads() <= 1 || work < (1 << 15)) {
+  if (pool == nullptr || pool->num_threads() <= 1 || work < kMinParallelMacs) {
     for (int i = 0; i < nw; ++i) run(i, 0, wv[i]->rows);
     return;
   }

@@ -48,6 +48,11 @@ STRATA_AVX2 inline void tile(const float* x, int64_t K, const void* w, int64_t N
     for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(xr + i * K + k);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
+      // Software prefetch ~1 KiB ahead in each W row stream (decode is bandwidth-bound and
+      // the hardware prefetchers restart at every 4 KiB page).
+      _mm_prefetch(reinterpret_cast<const char*>(static_cast<const uint8_t*>(w) +
+                                                 (wbase + j * K + k) * (kBf16 ? 2 : 4)) + 1024,
+                   _MM_HINT_T0);
       __m256 wv = load_w<kBf16>(w, wbase + j * K + k);
 #pragma GCC unroll 16
       for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
@@ -55,13 +60,14 @@ STRATA_AVX2 inline void tile(const float* x, int64_t K, const void* w, int64_t N
   }
 #pragma GCC unroll 16
   for (int i = 0; i < MB; ++i) {
-    if constexpr (NB == 4) {
+    if constexpr (NB % 4 == 0) {
       // Four horizontal sums at once, in the canonical tree order of hsum8.
-      __m128 r = hsum8x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      alignas(16) float s4[4];
-      _mm_store_ps(s4, r);
+      alignas(16) float s4[NB];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < NB; j += 4)
+        _mm_store_ps(s4 + j, hsum8x4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+#pragma GCC unroll 8
+      for (int j = 0; j < NB; ++j) {
         float s = s4[j];
         for (int64_t k = k8; k < K; ++k) s = fma1(xr[i * K + k], w_scalar<kBf16>(w, wbase + j * K + k), s);
         y[(m0 + i) * N + n0 + j] = s;
@@ -99,7 +105,7 @@ STRATA_AVX2 void matmul_rows_t(const float* x, int64_t M, const void* w, int64_t
     switch (M - m) {
       case 3: strip<3, 3, kBf16>(x, K, w, N, y, m, nb, ne); break;
       case 2: strip<2, 4, kBf16>(x, K, w, N, y, m, nb, ne); break;
-      case 1: strip<1, 4, kBf16>(x, K, w, N, y, m, nb, ne); break;
+      case 1: strip<1, 8, kBf16>(x, K, w, N, y, m, nb, ne); break;
       default: break;
     }
   }

@@ -154,6 +154,7 @@ Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, EngineOptions op
       tokenizer_(tokenizer),
       options_(options),
       scheduler_(runner, options.scheduler) {
+  prefix_alignment_ = runner_->prefix_alignment();
   publish_stats();
 }
 
@@ -275,6 +276,13 @@ void Engine::loop() {
 }
 
 bool Engine::step_once() { return iterate(); }
+
+void Engine::check_invariants() const {
+  scheduler_.check_invariants();
+  STRATA_CHECK(static_cast<int64_t>(active_.size()) ==
+               scheduler_.num_running() + scheduler_.num_waiting());
+  for (const auto& [id, a] : active_) STRATA_CHECK(scheduler_.contains(a->seq));
+}
 
 void Engine::publish_stats() {
   EngineStats s = counters_;
@@ -448,14 +456,6 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   const int64_t cached =
       scheduler_.contains(a.seq) ? scheduler_.cached_prompt_tokens(a.seq) : 0;
   scheduler_.remove(a.seq);  // releases every state kind right away
-  RequestEvent e;
-  e.finished = true;
-  e.finish_reason = reason;
-  e.error = std::move(error);
-  e.prompt_tokens = a.prompt_tokens;
-  e.completion_tokens = a.generated;
-  e.cached_tokens = cached;
-  a.stream->push(std::move(e));
 
   RequestTimings t;
   t.queue_s = a.first_scheduled ? seconds(*a.first_scheduled - a.arrival) : 0.0;
@@ -470,6 +470,18 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   ++counters_.requests_finished_total;
   if (reason == FinishReason::kError) ++counters_.requests_failed_total;
   if (observer_ != nullptr) observer_->on_request_finished(t);
+  // Metrics first, then the final event: a client that saw its request end and then reads
+  // /metrics sees the request's state released and its latencies recorded.
+  publish_stats();
+
+  RequestEvent e;
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = std::move(error);
+  e.prompt_tokens = a.prompt_tokens;
+  e.completion_tokens = a.generated;
+  e.cached_tokens = cached;
+  a.stream->push(std::move(e));
   active_.erase(a.id);  // `a` is gone after this line
 }
 

@@ -15,7 +15,9 @@
 //
 // Timing (for /metrics, vLLM definitions): queue time = arrival -> first scheduled;
 // TTFT = arrival -> first token; ITL = gaps between consecutive tokens; e2e = arrival ->
-// end. The observer is called on the engine thread; keep it cheap.
+// end. The observer is called on the engine thread; keep it cheap. Stats and the observer
+// are updated before a request's final event is pushed, so a client that saw its request
+// end and then reads /metrics sees its state released and its latencies recorded.
 //
 // Thread safety: submit/cancel/stats/shutdown are safe from any thread. step_once() is for
 // tests that drive the engine without its thread (do not mix with start()).
@@ -87,6 +89,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const ModelInfo& model_info() const { return runner_->info(); }
+  // The runner's prefix-cache hit granularity in tokens (0: no prefix cache), read once.
+  int64_t prefix_alignment() const { return prefix_alignment_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   void set_observer(EngineObserver* observer);  // call before start()
 
@@ -103,6 +107,8 @@ class Engine {
 
   // Test hook: runs one iteration on the calling thread; false when there was no work.
   bool step_once();
+  // Test hook (engine thread / step_once callers only): CHECK-fails on inconsistency.
+  void check_invariants() const;
 
  private:
   struct Active;
@@ -118,6 +124,7 @@ class Engine {
   EngineOptions options_;
   Scheduler scheduler_;
   EngineObserver* observer_ = nullptr;
+  int64_t prefix_alignment_ = 0;
 
   struct Incoming {
     RequestId id;

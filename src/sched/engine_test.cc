@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sched/fake_runner.h"
 
 namespace strata {
@@ -316,6 +318,85 @@ TEST(EngineTest, TextWithoutStopIsTheFullDecode) {
   p.stop = {"qqqqqqqqqqqqqqqqqqqqqq"};  // never matches but forces hold-back logic
   auto out = run_all(engine, {*engine.submit(prompt_of(6, 5), p)});
   EXPECT_EQ(out[0].text, letters(ref));
+}
+
+TEST(EngineTest, RandomizedLoadAgainstReference) {
+  // Random arrivals, sizes, budgets, pool sizes and cancellations; after every step the
+  // invariants hold; every request that was not cancelled yields its solo reference; in
+  // the end all state is released.
+  std::mt19937_64 rng(12345);
+  for (int round = 0; round < 6; ++round) {
+    const int32_t vocab = 64;
+    FakeRunnerOptions fo;
+    fo.vocab = vocab;
+    fo.max_context = 64;
+    fo.pool_tokens = 40 + static_cast<int64_t>(rng() % 200);
+    fo.prefix_block = (round % 2) ? 4 : 0;
+    FakeRunner runner(fo);
+    SchedulerOptions so;
+    so.max_num_seqs = 1 + static_cast<int32_t>(rng() % 6);
+    so.max_num_batched_tokens = 1 + static_cast<int64_t>(rng() % 40);
+    so.chunk_size = 1 + static_cast<int64_t>(rng() % 16);
+    Engine engine(&runner, nullptr, {.scheduler = so});
+    struct Req {
+      std::vector<int32_t> prompt;
+      int max_tokens;
+      std::shared_ptr<RequestStream> stream;
+      std::vector<int32_t> got;
+      bool cancelled = false;
+      bool done = false;
+      FinishReason reason = FinishReason::kNone;
+    };
+    std::vector<Req> reqs;
+    for (int iter = 0; iter < 3000; ++iter) {
+      if (reqs.size() < 25 && rng() % 3 == 0) {
+        Req r;
+        r.prompt = prompt_of(1 + static_cast<int>(rng() % 30), static_cast<int>(rng() % 1000));
+        r.max_tokens = 1 + static_cast<int>(rng() % 12);
+        r.stream = *engine.submit(r.prompt, greedy(r.max_tokens));
+        reqs.push_back(std::move(r));
+      }
+      if (!reqs.empty() && rng() % 25 == 0) {
+        Req& r = reqs[rng() % reqs.size()];
+        if (!r.done) {
+          r.cancelled = true;
+          r.stream->cancel();
+        }
+      }
+      engine.step_once();
+      engine.check_invariants();
+      for (Req& r : reqs) {
+        while (!r.done) {
+          auto e = r.stream->next(std::chrono::milliseconds(0));
+          if (!e) break;
+          r.got.insert(r.got.end(), e->tokens.begin(), e->tokens.end());
+          if (e->finished) {
+            r.done = true;
+            r.reason = e->finish_reason;
+          }
+        }
+      }
+      bool all_done = reqs.size() >= 25;
+      for (const Req& r : reqs) all_done = all_done && r.done;
+      if (all_done) break;
+    }
+    for (const Req& r : reqs) {
+      ASSERT_TRUE(r.done) << "round " << round;
+      if (r.reason == FinishReason::kCancelled) {
+        EXPECT_TRUE(r.cancelled);
+        continue;
+      }
+      if (r.reason == FinishReason::kError) {
+        // Only a request that cannot fit even alone may fail.
+        EXPECT_GT(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, fo.pool_tokens - 1);
+        continue;
+      }
+      EXPECT_EQ(r.reason, FinishReason::kLength);
+      EXPECT_EQ(r.got, reference_greedy(r.prompt, r.max_tokens, vocab)) << "round " << round;
+    }
+    EXPECT_EQ(runner.live_sequences(), 0);
+    EXPECT_EQ(runner.used_tokens(), 0);
+  }
 }
 
 }  // namespace

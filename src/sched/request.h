@@ -72,7 +72,9 @@ class RequestStream {
   RequestId id() const { return id_; }
 
   // Waits up to `timeout` for events; returns all queued ones merged into one (tokens and
-  // text concatenated), or nullopt on timeout. After the final event, returns it again.
+  // text concatenated), or nullopt on timeout. Once the final event was returned, every
+  // later call returns a copy of its status (finished, reason, error, usage) without
+  // tokens or text.
   std::optional<RequestEvent> next(std::chrono::milliseconds timeout);
   // Asks the engine to stop this request and free its state.
   void cancel();

@@ -172,6 +172,10 @@ StatusOr<ServerInfo> query_server_info(const std::string& url) {
   if (j["data"][0].contains("max_model_len") && j["data"][0]["max_model_len"].is_number_integer()) {
     info.max_model_len = j["data"][0]["max_model_len"].get<int64_t>();
   }
+  if (j["data"][0].contains("prefix_alignment") &&
+      j["data"][0]["prefix_alignment"].is_number_integer()) {
+    info.prefix_alignment = j["data"][0]["prefix_alignment"].get<int64_t>();
+  }
   if (j["data"][0].contains("vocab_size") && j["data"][0]["vocab_size"].is_number_integer()) {
     info.vocab_size = j["data"][0]["vocab_size"].get<int64_t>();
   }

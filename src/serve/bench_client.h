@@ -47,6 +47,7 @@ struct ServerInfo {
   std::string model;
   int64_t max_model_len = 0;     // 0 when the server does not say
   int64_t vocab_size = 0;        // Strata's extension of the model card; 0 when absent
+  int64_t prefix_alignment = 0;  // Strata's extension: prefix-cache granularity; 0 = none
 };
 
 struct BenchRun {

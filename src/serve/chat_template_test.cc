@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "model/tokenizer.h"
+
 namespace strata {
 namespace {
 
@@ -26,6 +30,23 @@ TEST(ChatTemplateTest, PlainFormatAndErrors) {
   EXPECT_EQ(chat_format_for_architecture("deepseek_v41"), ChatFormat::kDeepSeek);
   EXPECT_EQ(chat_format_for_architecture("DeepseekV41ForCausalLM"), ChatFormat::kDeepSeek);
   EXPECT_EQ(chat_format_for_architecture("llama"), ChatFormat::kPlain);
+}
+
+TEST(ChatTemplateTest, DeepSeekMarkersAreSingleSpecialTokens) {
+  // The DeepSeek-V3 tokenizer in models/tokenizers: BOS = 0, <｜User｜> = 128803,
+  // <｜Assistant｜> = 128804 (its tokenizer.json added_tokens).
+  const char* src = std::getenv("STRATA_SOURCE_DIR");
+  auto tok = load_tokenizer_from_dir(std::string(src ? src : STRATA_SOURCE_DIR) +
+                                     "/models/tokenizers/deepseek-v3");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto text = render_chat(ChatFormat::kDeepSeek, {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Bye"}});
+  ASSERT_TRUE(text.ok());
+  std::vector<int32_t> ids = (*tok)->encode(*text, /*parse_special=*/true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 128803), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 128804), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);  // <｜end▁of▁sentence｜> after "Yo"
 }
 
 }  // namespace

@@ -189,7 +189,8 @@ void HttpServer::install_routes() {
                            {"owned_by", "strata"},
                            {"root", model_name_},
                            {"max_model_len", engine_->model_info().max_context},
-                           {"vocab_size", engine_->model_info().vocab_size}};
+                           {"vocab_size", engine_->model_info().vocab_size},
+                           {"prefix_alignment", engine_->prefix_alignment()}};
     nlohmann::json j = {{"object", "list"}, {"data", nlohmann::json::array({card})}};
     res.set_content(j.dump(), "application/json");
   });

@@ -4,7 +4,8 @@
 //   POST /v1/completions, POST /v1/chat/completions  (JSON, or SSE with "stream": true,
 //        ending in "data: [DONE]"; an error after the stream started is sent as
 //        data: {"error": {...}} and the stream ends without [DONE])
-//   GET  /v1/models   (one model; "max_model_len" as vLLM)
+//   GET  /v1/models   (one model; "max_model_len" as vLLM; Strata adds "vocab_size" and
+//        "prefix_alignment", the prefix-cache hit granularity in tokens, 0 = none)
 //   GET  /health      (200 while serving, 503 after shutdown began)
 //   GET  /metrics     (Prometheus text; see server_metrics.h)
 // Errors use the OpenAI body (openai_api.h) with 4xx/5xx codes; bodies larger than

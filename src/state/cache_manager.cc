@@ -58,6 +58,7 @@ struct CacheManager::Impl {
   std::vector<int> pool_of;        // per owner, -1 = no storage
   std::vector<char> paged;         // per owner
   std::vector<char> ringfixed;     // per owner (with storage)
+  std::vector<OwnerId> paged_owners;  // owners with paged (growing) storage
   std::unordered_map<SeqId, Seq> seqs;
   std::unordered_map<uint64_t, Entry> entries;
   uint64_t root_key = 0;
@@ -101,6 +102,7 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     I.pool_info[p].owners.push_back(o.id);
     ++owners_in_pool[p];
     I.paged[o.id] = s.grows();
+    if (s.grows()) I.paged_owners.push_back(o.id);
     I.ringfixed[o.id] = s.fixed();
     I.any_ringfixed |= s.fixed();
   }
@@ -231,8 +233,8 @@ StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
     }
     sp.num_tokens = std::max<int64_t>(0, std::min(it.max_tokens, len - sp.start_pos));
     const int64_t end = sp.start_pos + sp.num_tokens;
-    for (const auto& o : owners) {
-      if (!I.paged[o.id]) continue;
+    for (OwnerId oid : I.paged_owners) {
+      const auto& o = owners[oid];
       const int64_t rpb = I.pools[I.pool_of[o.id]].rows_per_block();
       const int64_t blocks_end = ceil_div(end / o.spec.ratio, rpb);
       const int64_t have = s.started ? static_cast<int64_t>(s.tables[o.id].size()) : have_units;
@@ -407,8 +409,8 @@ void CacheManager::commit(const StepPlan& plan) {
     }
     STRATA_CHECK(s.computed == sp.start_pos);
     const int64_t end = sp.start_pos + sp.num_tokens;
-    for (const auto& o : owners) {
-      if (!I.paged[o.id]) continue;
+    for (OwnerId oid : I.paged_owners) {
+      const auto& o = owners[oid];
       BlockPool& pool = I.pools[I.pool_of[o.id]];
       const int64_t blocks_end = ceil_div(end / o.spec.ratio, pool.rows_per_block());
       while (static_cast<int64_t>(s.tables[o.id].size()) < blocks_end)

@@ -427,7 +427,9 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
           if (sp.hit_tokens > 0) {
             ++hits;
             std::vector<int32_t> pre(r.toks.begin(), r.toks.begin() + sp.hit_tokens);
-            if (roomy) ASSERT_TRUE(published.count(pre));
+            if (roomy) {
+              ASSERT_TRUE(published.count(pre));
+            }
           }
           if (roomy) {  // exact: the longest published prefix with a snapshot
             int64_t best = 0;
@@ -491,7 +493,9 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
   cm.check_invariants();
   EXPECT_EQ(cm.total_free_blocks(), cm.total_blocks()) << "leaked blocks";
   EXPECT_GT(hits, 0) << "the test never exercised a prefix hit";
-  if (!roomy) EXPECT_GT(ooms, 0) << "the test never exercised out-of-blocks";
+  if (!roomy) {
+    EXPECT_GT(ooms, 0) << "the test never exercised out-of-blocks";
+  }
 }
 
 TEST(CacheManagerRandomized, V41TinyRoomyExactHitsMetadata) {

@@ -81,8 +81,15 @@ int run_bench_serve(const BenchServeCli& o) {
   wo.max_context = o.max_context;
   wo.vocab = static_cast<int32_t>(o.vocab);
   std::string model = o.model;
+  auto info = query_server_info(o.url);
+  if (info.ok() && info->prefix_alignment > 0 && !o.trace.empty() &&
+      o.block_tokens % info->prefix_alignment != 0) {
+    fmt::print(stderr,
+               "[bench] warning: --block-tokens {} is not a multiple of the server's prefix "
+               "alignment ({} tokens); measured hits will fall below the oracle\n",
+               o.block_tokens, info->prefix_alignment);
+  }
   if (wo.max_context <= 0 || wo.vocab <= 0 || model.empty()) {
-    auto info = query_server_info(o.url);
     if (!info.ok()) {
       fmt::print(stderr, "strata bench serve: {}\n", info.status().to_string());
       return 1;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
 #include "tools/command_registry.h"
 
@@ -62,8 +63,8 @@ void run_validate_golden(const GoldenArgs& a) {
 }
 
 void setup_validate_golden(CLI::App& app) {
-  // The V4.1 forward pass is the golden target of this build.
-  register_golden_target_factory(make_deepseek_v41_golden_target);
+  // The DeepSeek forward passes are the golden targets of this build (V4 or V4.1 by config).
+  register_golden_target_factory(make_deepseek_golden_target);
   CLI::App* parent = app.get_subcommand("validate");
   auto args = std::make_shared<GoldenArgs>();
   auto* cmd = parent->add_subcommand("golden", "Compare a model with DeepSeek reference golden cases");

@@ -1,0 +1,227 @@
+// DeepseekV4Model: load, top-level forward, mHC per sublayer, hc_head, MoE with hash routing.
+// Attention lives in v4_attention.cc. Reference: V4-Flash model.py Transformer / Block /
+// ParallelHead / Gate / Expert / MoE; spec §2.0, §2.7, §2.8.
+#include "exec/deepseek_v4_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "exec/v4_forward_call.h"
+#include "exec/v4_ops.h"
+#include "model/dtype.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::string& dir,
+                                                                 int64_t max_context) {
+  std::unique_ptr<DeepseekV4Model> m(new DeepseekV4Model());
+  STRATA_ASSIGN_OR_RETURN(m->config_, load_deepseek_config(dir));
+  const DeepseekConfig& c = m->config_;
+  if (c.is_v41()) return failed_precondition("{}: not a DeepSeek-V4 config", dir);
+  if (c.hc_mult < 1 || c.hc_mult > 16) return failed_precondition("hc_mult {} unsupported", c.hc_mult);
+  if (c.head_dim <= c.rope_head_dim || (c.head_dim - c.rope_head_dim) % 64 != 0)
+    return failed_precondition("head_dim {} - rope_head_dim {} must be a positive multiple of 64",
+                               c.head_dim, c.rope_head_dim);
+  if (c.index_head_dim > 0 && (c.index_head_dim & (c.index_head_dim - 1)) != 0)
+    return failed_precondition("index_head_dim {} must be a power of two (Hadamard)", c.index_head_dim);
+  if (c.dim % 32 != 0) return failed_precondition("dim {} must be a multiple of 32", c.dim);
+  STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerSchedule& ls = c.layers[l];
+    m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,
+                          c.rope_factor, c.beta_fast, c.beta_slow);
+    if (ls.has_indexer) m->index_layers_.push_back(l);
+  }
+  m->max_context_ = max_context > 0 ? max_context : c.max_position_embeddings;
+  if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
+  return m;
+}
+
+void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t M,
+                             const float* route_w, bool clamp, float* out) const {
+  const int64_t I = w.w1.out;
+  std::vector<float> g(M * I), u(M * I);
+  v4::linear(x, M, w.w1, g.data());
+  v4::linear(x, M, w.w3, u.data());
+  const float lim = static_cast<float>(config_.swiglu_limit);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t k = 0; k < I; ++k) {
+      float gv = g[r * I + k], uv = u[r * I + k];
+      if (clamp && lim > 0) {
+        uv = std::clamp(uv, -lim, lim);
+        gv = std::min(gv, lim);
+      }
+      float hv = (gv / (1.0f + v41::sleef_expf(0.0f - gv))) * uv;
+      if (route_w) hv = route_w[r] * hv;
+      g[r * I + k] = round_to_bf16(hv);
+    }
+  v4::linear(g.data(), M, w.w2, out);
+}
+
+void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V4MoeWeights& mw = weights_->layer(L).ffn;
+  const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
+  const int k = ls.n_activated_experts;
+  std::vector<float> logit(S * E);
+  v4::linear_f32(x, S, mw.gate_weight, E, D, logit.data());
+  std::vector<std::vector<int32_t>> sel(S);
+  std::vector<std::vector<float>> wts(S);
+  std::vector<float> sc(E), biased(E);
+  for (int64_t i = 0; i < S; ++i) {
+    for (int64_t e = 0; e < E; ++e) {
+      const float l = logit[i * E + e];
+      float s;
+      if (config_.score_func == "softmax") {
+        s = l;
+      } else if (config_.score_func == "sigmoid") {
+        s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
+      } else {
+        s = std::sqrt(v4::torch_softplus_at(l, (c.vbase + i) * E + e, c.vS * E));
+      }
+      sc[e] = s;
+    }
+    if (config_.score_func == "softmax") {
+      const float mx = *std::max_element(sc.begin(), sc.end());
+      float sum = 0;
+      for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
+      for (auto& v : sc) v = v / sum;
+    }
+    std::vector<int32_t> idx;
+    if (mw.hash) {
+      const int32_t tok = c.tokens[i];
+      idx.assign(mw.tid2eid.begin() + static_cast<int64_t>(tok) * k,
+                 mw.tid2eid.begin() + static_cast<int64_t>(tok + 1) * k);
+    } else {
+      const float* bias = mw.gate_bias.f32();
+      for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
+      idx = v41::torch_topk(biased.data(), E, k, true);
+    }
+    std::vector<float> w(k);
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
+    if (config_.score_func != "softmax")
+      for (int j = 0; j < k; ++j) w[j] = w[j] / sum;
+    const float rs = static_cast<float>(config_.route_scale);
+    for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
+    sel[i] = std::move(idx);
+    wts[i] = std::move(w);
+  }
+  if (c.routes) c.routes->moe[L] = sel;
+
+  std::vector<float> y(S * D, 0.0f), xs, rw, eo;
+  std::vector<int64_t> toks;
+  for (int64_t e = 0; e < E; ++e) {
+    toks.clear();
+    rw.clear();
+    for (int64_t i = 0; i < S; ++i)
+      for (int j = 0; j < k; ++j)
+        if (sel[i][j] == e) {
+          toks.push_back(i);
+          rw.push_back(wts[i][j]);
+        }
+    if (toks.empty()) continue;
+    const int64_t n = static_cast<int64_t>(toks.size());
+    xs.resize(n * D);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + toks[r] * D, D, &xs[r * D]);
+    eo.resize(n * D);
+    expert(mw.experts[e], xs.data(), n, rw.data(), /*clamp=*/true, eo.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < D; ++d) y[toks[r] * D + d] += eo[r * D + d];
+  }
+  eo.resize(S * D);
+  expert(mw.shared, x, S, nullptr, /*clamp=*/false, eo.data());  // V4: "no swiglu_limit"
+  for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + eo[i]);
+}
+
+Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> tokens,
+                                const V4ForwardOptions& opt, std::vector<float>* logits) const {
+  const DeepseekConfig& cf = config_;
+  const int64_t S = static_cast<int64_t>(tokens.size());
+  if (S == 0) return invalid_argument("forward: no tokens");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cf.vocab_size) return invalid_argument("token id {} out of range [0, {})", t, cf.vocab_size);
+  if (seq->length() + S > max_context_)
+    return out_of_range("sequence of {} tokens exceeds the context of {}", seq->length() + S, max_context_);
+
+  Call c;
+  c.seq = seq;
+  c.s0 = seq->length();
+  c.S = S;
+  c.tokens = tokens;
+  c.routes = opt.routes;
+  if (opt.prompt_len > 0 && c.s0 + S <= opt.prompt_len) {
+    c.vbase = c.s0;
+    c.vS = opt.prompt_len;
+    c.vprefill = true;
+  } else {
+    c.vbase = 0;
+    c.vS = S;
+    c.vprefill = c.s0 == 0;
+  }
+  if (c.routes) {
+    c.routes->moe.assign(cf.n_layers, {});
+    c.routes->index.assign(index_layers_.size(), std::vector<std::vector<int32_t>>(S));
+  }
+  const int64_t D = cf.dim;
+  const int hc = cf.hc_mult;
+  auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
+    if (opt.dump) opt.dump(name, data, shape);
+  };
+
+  std::vector<float> h(S * hc * D);
+  const uint16_t* emb = weights_->embed().u16();
+  for (int64_t i = 0; i < S; ++i)
+    for (int ch = 0; ch < hc; ++ch)
+      for (int64_t d = 0; d < D; ++d) h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
+  if (opt.dump) {
+    std::vector<float> e0(S * D);
+    for (int64_t i = 0; i < S; ++i) std::copy_n(&h[i * hc * D], D, &e0[i * D]);
+    dump("embed", e0.data(), {S, D});
+  }
+
+  std::vector<float> pre(S * hc), post(S * hc), comb(S * hc * hc);
+  std::vector<float> x(S * D), xn(S * D), f(S * D);
+  for (int L = 0; L < cf.n_layers; ++L) {
+    const V4BlockWeights& bw = weights_->layer(L);
+    const std::string ln = fmt::format("layer{:02d}.", L);
+    v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+                 c.vbase, c.vS, pre.data(), post.data(), comb.data());
+    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
+    v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
+    attention(L, xn.data(), c, f.data());
+    dump(ln + "attn_out", f.data(), {S, D});
+    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
+
+    v4::hc_mixes(h.data(), S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+                 c.vbase, c.vS, pre.data(), post.data(), comb.data());
+    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
+    v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
+    moe(L, xn.data(), c, f.data());
+    dump(ln + "ffn_out", f.data(), {S, D});
+    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
+    dump(ln + "block_out", h.data(), {S, hc, D});
+  }
+  v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),
+              weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vbase, c.vS, x.data());
+  v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
+  dump("final_norm_out", xn.data(), {S, D});
+  const int64_t V = cf.vocab_size;
+  if (opt.all_logits) {
+    logits->resize(S * V);
+    v4::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data());
+  } else {
+    logits->resize(V);
+    v4::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
+  }
+  seq->set_length(c.s0 + S);
+  return ok_status();
+}
+
+}  // namespace strata

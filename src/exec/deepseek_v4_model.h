@@ -1,0 +1,98 @@
+// DeepseekV4Model: the DeepSeek-V4 (V4-Flash / V4-Pro) text forward pass on CPU, following
+// DeepSeek's reference inference/model.py of V4-Flash (HF deepseek-ai/DeepSeek-V4-Flash; copy
+// Mockingjay1316/deepseek-v4-flash-spark @0825add) with the rounding points of its kernels
+// (golden v4flash-tiny PATCHES.md: 128 blocks for FP8 GEMM / act quant, per-128 activation
+// scales for FP4, -inf initial running max in sparse_attn); spec docs/v41-architecture.md
+// §2.0, §2.3–§2.5, §2.7, §2.8.
+//
+// forward(seq, tokens) runs tokens at positions [seq.length(), seq.length() + n): prefill of
+// any length at 0, a later prefill chunk, or one-token decode. Per call: embedding into
+// hc_mult streams -> for each layer (mHC pre from its own mixes, attention with sliding window
+// + compressed KV (CSA ratio 4: overlapping compressor + indexer with Hadamard and FP4 keys;
+// HCA any other ratio: all visible compressed rows), mHC post; the same for the MoE with
+// hash routing (tid2eid) in the first n_hash_layers) -> hc_head -> norm -> head (fp32).
+// Chunked prefill: every op is row-independent; compressor rows are pooled when the group's
+// last token arrives whatever call it is in; query p sees window positions p-W+1..p and
+// compressed rows g < (p+1)/ratio. The reference itself supports only whole prefill at 0
+// and one-token decode; chunks use its decode list layout per query.
+//
+// Routes: per call, MoE expert ids per backbone layer per token (gate order) and, per CSA
+// layer (in layer order), the compressed positions the indexer kept per token.
+// MTP: the MTP block is loaded but not run (speculative decoding is later work).
+// Errors: load() returns config / checkpoint errors; forward() InvalidArgument for token ids
+// out of range, OutOfRange past max context.
+// Thread safety: immutable after load; one call at a time per sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "exec/deepseek_v41_model.h"
+#include "exec/v41_ops.h"
+#include "exec/v4_sequence_state.h"
+#include "model/deepseek_config.h"
+#include "model/deepseek_v4_weights.h"
+#include "model/safetensors.h"
+
+namespace strata {
+
+struct V4ForwardOptions {
+  bool all_logits = false;     // logits for every token (default: last token only)
+  V41Routes* routes = nullptr; // moe[layer][t]; index[csa_slot][t]
+  V41DumpFn dump;              // "embed", "layerKK.attn_out|ffn_out|block_out", "final_norm_out"
+  // Length of the whole prompt when this call is a chunk of it and the length is known (0 =
+  // unknown). The reference's CPU numerics depend on the call's shape (torch's elementwise
+  // loops switch to scalar libm / bf16 code for the last elements of a tensor, and the
+  // attention index lists of a prefill are sized by the call); with prompt_len set, every
+  // prompt chunk computes its rows exactly as rows of one whole-prompt call at position 0,
+  // so chunked prefill reproduces whole prefill bit for bit.
+  int64_t prompt_len = 0;
+};
+
+class DeepseekV4Model {
+ public:
+  static StatusOr<std::unique_ptr<DeepseekV4Model>> load(const std::string& dir,
+                                                         int64_t max_context = 0);
+
+  const DeepseekConfig& config() const { return config_; }
+  const DeepseekV4Weights& weights() const { return *weights_; }
+  int64_t max_context() const { return max_context_; }
+  // Layer ids of the CSA layers (the index route slots), ascending.
+  const std::vector<int>& index_layers() const { return index_layers_; }
+
+  std::unique_ptr<V4SequenceState> new_sequence() const {
+    return std::make_unique<V4SequenceState>(config_);
+  }
+
+  Status forward(V4SequenceState* seq, std::span<const int32_t> tokens,
+                 const V4ForwardOptions& options, std::vector<float>* logits) const;
+
+  struct Call;  // per-call context (v4_attention.cc / deepseek_v4_model.cc)
+
+ private:
+  DeepseekV4Model() = default;
+  void attention(int layer, const float* x, Call& c, float* out) const;
+  void moe(int layer, const float* x, Call& c, float* out) const;
+  void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
+              bool clamp, float* out) const;
+  // Feeds S tokens' x [S, D] to a compressor; appends the rows it emits to st.rows.
+  void compress(const V4CompressorWeights& cw, V4CompressorState& st, bool rotate, int layer,
+                const float* x, int64_t s0, int64_t S) const;
+  // CSA indexer: per token the kept compressed rows in the reference's list order (score-
+  // descending, unreachable entries as -1), list width k = min(index_topk, (s0+S)/ratio).
+  void indexer(int layer, const float* x, const float* qr, Call& c,
+               std::vector<std::vector<int32_t>>* lists) const;
+
+  DeepseekConfig config_;
+  std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
+  std::unique_ptr<DeepseekV4Weights> weights_;
+  std::vector<v41::RopeTable> rope_;  // per backbone layer
+  std::vector<int> index_layers_;
+  int64_t max_context_ = 0;
+};
+
+}  // namespace strata

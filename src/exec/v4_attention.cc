@@ -1,0 +1,271 @@
+// DeepseekV4Model attention sublayer: per-head-normalised queries, sliding window KV (FP8 nope
+// part, bf16 RoPE tail), per-layer compressor (CSA ratio 4 with overlapping windows, HCA with
+// the config's ratio), CSA indexer (own overlapping compressor, Hadamard rotation, FP4 keys
+// and queries, weighted ReLU scores, top-k), attention sink, output de-rotation, grouped
+// low-rank output. Reference: V4-Flash model.py Attention / Compressor / Indexer /
+// get_window_topk_idxs / get_compress_topk_idxs; spec §2.3–§2.5.
+//
+// Generalisation to a chunk [s0, s0+S) (the reference has only prefill at 0 and decode):
+//   * compressor: token p enters slot p mod m (overlap: current-group rows m..2m-1), score
+//     with ape[p mod m] added; when (p+1) mod m == 0 the group is pooled (overlap: first half
+//     of the channels from the previous group's rows, second half from the current group's;
+//     softmax over the 2m slots per channel) and the current rows shift to the previous rows.
+//     This equals the reference's prefill pooling and its decode path.
+//   * window list: a prefill (s0 == 0, or a chunk of a prompt of known length, see
+//     V4ForwardOptions::prompt_len) uses the reference prefill layout of the whole call
+//     (min(S, W) entries, unreachable trailing); otherwise the decode layout per query
+//     (positions p-W+1..p, or 0..p then -1s).
+//     Positions >= s0 are read from this call's fresh KV, earlier ones from the ring, which is
+//     written after the call's attention.
+//   * compressed list: HCA rows 0..(p+1)/m-1 (prefill: S/m entries of the whole call, -1 past
+//     the visible);
+//     CSA the indexer's top-k list (score-descending; masked entries -1).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "base/check.h"
+#include "exec/v4_forward_call.h"
+#include "exec/v4_ops.h"
+#include "model/dtype.h"
+
+namespace strata {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float exp_or_zero(float x) { return std::isinf(x) && x < 0 ? 0.0f : v41::sleef_expf(x); }
+}  // namespace
+
+void DeepseekV4Model::compress(const V4CompressorWeights& cw, V4CompressorState& st, bool rotate,
+                               int layer, const float* x, int64_t s0, int64_t S) const {
+  const int64_t D = config_.dim, w = st.width, C = st.cols();
+  const int m = st.ratio;
+  const int rd = config_.rope_head_dim;
+  const int64_t rowoff = st.overlap ? m : 0;
+  std::vector<float> a(S * C), z(S * C);
+  v4::linear_f32(x, S, cw.wkv, C, D, a.data());
+  v4::linear_f32(x, S, cw.wgate, C, D, z.data());
+  const float* ape = cw.ape.f32();
+  const int nslots = st.overlap ? 2 * m : m;
+  std::vector<float> pooled(w), normed(w), sk(nslots), ss(nslots), e(nslots);
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = s0 + i;
+    const int r = static_cast<int>(p % m);
+    float* kvr = &st.kv[(rowoff + r) * C];
+    float* scr = &st.score[(rowoff + r) * C];
+    for (int64_t j = 0; j < C; ++j) {
+      kvr[j] = a[i * C + j];
+      scr[j] = z[i * C + j] + ape[r * C + j];
+    }
+    if ((p + 1) % m != 0) continue;
+    for (int64_t j = 0; j < w; ++j) {
+      for (int t = 0; t < nslots; ++t) {
+        const int64_t col = (st.overlap && t >= m) ? w + j : j;
+        sk[t] = st.kv[t * C + col];
+        ss[t] = st.score[t * C + col];
+      }
+      float mx = kNegInf;
+      for (int t = 0; t < nslots; ++t) mx = std::max(mx, ss[t]);
+      float sum = 0.0f;
+      for (int t = 0; t < nslots; ++t) {
+        e[t] = exp_or_zero(ss[t] - mx);
+        sum += e[t];
+      }
+      float v = 0.0f;
+      for (int t = 0; t < nslots; ++t) v += sk[t] * (e[t] / sum);
+      pooled[j] = round_to_bf16(v);
+    }
+    if (st.overlap) {
+      std::copy_n(&st.kv[m * C], m * C, st.kv.data());
+      std::copy_n(&st.score[m * C], m * C, st.score.data());
+    }
+    v41::rms_norm(pooled.data(), 1, w, &cw.norm, config_.norm_eps, normed.data());
+    const int64_t g = p / m;
+    rope_[layer].apply(normed.data() + w - rd, g * m, false);
+    if (rotate) {
+      v4::hadamard(normed.data(), 1, w);
+      v41::qdq_fp4_e8m0(normed.data(), w, 32);
+    } else {
+      v41::qdq_fp8(normed.data(), w - rd, 64);
+    }
+    STRATA_CHECK(st.n_rows() == g);
+    st.rows.insert(st.rows.end(), normed.begin(), normed.end());
+  }
+}
+
+void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
+                              std::vector<std::vector<int32_t>>* lists) const {
+  const V4IndexerWeights& iw = weights_->layer(L).attn.indexer;
+  const int64_t S = c.S, s0 = c.s0;
+  const int64_t m = config_.layers[L].ratio;
+  const int64_t ih = config_.index_n_heads, id = config_.index_head_dim;
+  const int rd = config_.rope_head_dim;
+  const v41::RopeTable& rope = rope_[L];
+  std::vector<float> q(S * ih * id);
+  v4::linear(qr, S, iw.wq_b, q.data());
+  for (int64_t i = 0; i < S; ++i) {
+    for (int64_t h = 0; h < ih; ++h) {
+      float* qh = &q[(i * ih + h) * id];
+      rope.apply(qh + id - rd, s0 + i, false);
+      v4::hadamard(qh, 1, id);
+    }
+    v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
+  }
+  V4CompressorState& st = c.seq->index(L);
+  compress(iw.compressor, st, true, L, x, s0, S);
+  std::vector<float> wt(S * ih);
+  v41::linear(x, S, iw.weights_proj, wt.data());
+  const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
+                                          std::pow(static_cast<double>(ih), -0.5));
+  for (auto& v : wt) v = round_to_bf16(v * wscale);
+
+  // Scored list length: the reference scores every compressed row of its call (a prefill of
+  // vS tokens: vS/m rows; otherwise the rows existing after this call); rows a query cannot
+  // see yet are masked with -inf (and are never read).
+  const int64_t clen = c.vprefill ? c.vS / m : (s0 + S) / m;
+  STRATA_CHECK(st.n_rows() >= (s0 + S) / m);
+  const int64_t k = std::min<int64_t>(config_.index_topk, clen);
+  lists->assign(S, {});
+  std::vector<float> score(clen);
+  const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
+                                    index_layers_.begin());
+  if (c.routes) c.routes->index[slot].assign(S, {});
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = s0 + i;
+    const int64_t vis = (p + 1) / m;
+    for (int64_t g = 0; g < clen; ++g) {
+      if (g >= vis) {
+        score[g] = kNegInf;
+        continue;
+      }
+      const float* kr = st.row(g);
+      float acc = 0.0f;
+      for (int64_t h = 0; h < ih; ++h) {
+        const float* qh = &q[(i * ih + h) * id];
+        double d = 0.0;
+        for (int64_t j = 0; j < id; ++j) d += static_cast<double>(qh[j]) * kr[j];
+        float dv = std::max(round_to_bf16(static_cast<float>(d)), 0.0f);
+        acc += round_to_bf16(dv * wt[i * ih + h]);
+      }
+      score[g] = round_to_bf16(acc);
+    }
+    std::vector<int32_t> sel = v41::torch_topk(score.data(), clen, k, true);
+    std::vector<int32_t>& list = (*lists)[i];
+    for (int32_t g : sel) {
+      list.push_back(g < vis ? g : -1);
+      if (c.routes && g < vis) c.routes->index[slot][i].push_back(g);
+    }
+  }
+}
+
+void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V4AttentionWeights& aw = weights_->layer(L).attn;
+  const int64_t S = c.S, s0 = c.s0, H = config_.n_heads, hd = config_.head_dim;
+  const int64_t ql = config_.q_lora_rank, W = config_.window_size;
+  const int rd = config_.rope_head_dim;
+  const v41::RopeTable& rope = rope_[L];
+
+  // Queries: q_norm(wq_a x) -> wq_b -> per-head rms (no weight) -> RoPE tail.
+  std::vector<float> t(S * std::max(ql, hd)), qr(S * ql), q(S * H * hd);
+  v4::linear(x, S, aw.wq_a, t.data());
+  v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
+  v4::linear(qr.data(), S, aw.wq_b, q.data());
+  v4::head_rms(q.data(), S * H, hd, config_.norm_eps, c.vbase * H, c.vS * H);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+
+  // Window KV: kv_norm(wkv x) -> RoPE tail -> FP8 QDQ of the nope dims (block 64).
+  std::vector<float> kv(S * hd);
+  v4::linear(x, S, aw.wkv, t.data());
+  v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
+  for (int64_t i = 0; i < S; ++i) {
+    rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
+    v41::qdq_fp8(&kv[i * hd], hd - rd, config_.kv_fp8_block());
+  }
+
+  // Compressed part.
+  std::vector<std::vector<int32_t>> csa_lists;
+  V4CompressorState* comp = nullptr;
+  if (ls.ratio > 0) {
+    if (ls.has_indexer) indexer(L, x, qr.data(), c, &csa_lists);
+    comp = &c.seq->comp(L);
+    compress(aw.compressor, *comp, false, L, x, s0, S);
+    STRATA_CHECK(comp->n_rows() >= (s0 + S) / ls.ratio);
+  }
+
+  const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
+  const float* sink = aw.attn_sink.f32();
+  std::vector<float> o(S * H * hd);
+  std::vector<const float*> rows;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t p = s0 + i;
+    rows.clear();
+    auto window_ptr = [&](int64_t pos) -> const float* {
+      return pos >= s0 ? &kv[(pos - s0) * hd] : c.seq->window_row(L, pos);
+    };
+    if (c.vprefill) {
+      const int64_t width = std::min(c.vS, W);
+      const int64_t first = std::max<int64_t>(p - W + 1, 0);
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t pos = first + j;
+        rows.push_back(pos <= p ? window_ptr(pos) : nullptr);
+      }
+    } else if (p >= W - 1) {
+      for (int64_t pos = p - W + 1; pos <= p; ++pos) rows.push_back(window_ptr(pos));
+    } else {
+      for (int64_t pos = 0; pos <= p; ++pos) rows.push_back(window_ptr(pos));
+      for (int64_t j = p + 1; j < W; ++j) rows.push_back(nullptr);
+    }
+    if (comp) {
+      const int64_t vis = (p + 1) / ls.ratio;
+      if (ls.has_indexer) {
+        for (int32_t g : csa_lists[i]) rows.push_back(g >= 0 ? comp->row(g) : nullptr);
+      } else {
+        const int64_t n = c.vprefill ? c.vS / ls.ratio : vis;
+        for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp->row(g) : nullptr);
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* oh = &o[(i * H + h) * hd];
+      v4::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()), hd,
+                           sink[h], scale, (c.vbase + i) * H + h, c.vS * H, oh);
+      rope.apply(oh + hd - rd, p, true);
+    }
+  }
+
+  for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
+    std::copy_n(&kv[i * hd], hd, c.seq->window_row(L, s0 + i));
+
+  // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum over the bf16-dequantized
+  // wo_a, as convert.py prepares it), then wo_b.
+  const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
+  std::vector<float> u(S * G * R), wrow(Dg);
+  const V41Linear& woa = aw.wo_a;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t n = g * R + r;
+      if (woa.kind == V41WeightKind::kFp8) {
+        const int64_t scols = (Dg + woa.block - 1) / woa.block;
+        const uint8_t* wr = woa.weight.data + n * Dg;
+        const uint8_t* sr = woa.scale.data + (n / woa.block) * scols;
+        for (int64_t k = 0; k < Dg; ++k)
+          wrow[k] = round_to_bf16(v41::e4m3_decode(wr[k]) * ue8m0_to_f32(sr[k / woa.block]));
+      } else {
+        const uint16_t* wr = woa.weight.u16() + n * Dg;
+        for (int64_t k = 0; k < Dg; ++k) wrow[k] = bf16_to_f32(wr[k]);
+      }
+      for (int64_t i = 0; i < S; ++i) {
+        const float* og = &o[i * H * hd + g * Dg];
+        double acc = 0.0;
+        for (int64_t k = 0; k < Dg; ++k) acc += static_cast<double>(og[k]) * wrow[k];
+        u[i * G * R + n] = round_to_bf16(static_cast<float>(acc));
+      }
+    }
+  }
+  v4::linear(u.data(), S, aw.wo_b, out);
+}
+
+}  // namespace strata

@@ -1,0 +1,219 @@
+// DeepseekV4Weights loader: names and shapes per spec §4.1 and the V4-Flash reference
+// model.py module tree (Block / Attention / Compressor / Indexer / Gate / MoE / MTPBlock).
+#include "model/deepseek_v4_weights.h"
+
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+class V4WeightLoader {
+ public:
+  explicit V4WeightLoader(const SafetensorsCheckpoint& ckpt) : ckpt_(ckpt) {}
+
+  StatusOr<TensorView> get(const std::string& name, DType dt, std::vector<int64_t> shape) {
+    STRATA_ASSIGN_OR_RETURN(TensorView v, ckpt_.get(name, dt, shape));
+    used_.insert(name);
+    return v;
+  }
+  StatusOr<V41Linear> fp8_linear(const std::string& base, int64_t out, int64_t in, int block) {
+    V41Linear l;
+    l.out = out;
+    l.in = in;
+    l.block = block;
+    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
+    if (probe.dtype == DType::kBF16) {
+      l.kind = V41WeightKind::kBf16;
+      STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
+      return l;
+    }
+    l.kind = V41WeightKind::kFp8;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kF8_E4M3, {out, in}));
+    STRATA_ASSIGN_OR_RETURN(
+        l.scale, get(base + ".scale", DType::kF8_E8M0, {ceil_div(out, block), ceil_div(in, block)}));
+    return l;
+  }
+  StatusOr<V41Linear> fp4_linear(const std::string& base, int64_t out, int64_t in) {
+    V41Linear l;
+    l.kind = V41WeightKind::kFp4;
+    l.out = out;
+    l.in = in;
+    l.block = 32;
+    if (in % 32 != 0) return failed_precondition("{}: FP4 in-features {} not a multiple of 32", base, in);
+    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
+    DType dt = probe.dtype == DType::kU8 ? DType::kU8 : DType::kI8;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", dt, {out, in / 2}));
+    STRATA_ASSIGN_OR_RETURN(l.scale, get(base + ".scale", DType::kF8_E8M0, {out, in / 32}));
+    return l;
+  }
+  StatusOr<V41Linear> bf16_linear(const std::string& base, int64_t out, int64_t in) {
+    V41Linear l;
+    l.kind = V41WeightKind::kBf16;
+    l.out = out;
+    l.in = in;
+    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
+    return l;
+  }
+  Status compressor(const std::string& base, const DeepseekConfig& c, int ratio, int64_t width,
+                    V4CompressorWeights* cw) {
+    cw->present = true;
+    cw->ratio = ratio;
+    cw->overlap = ratio == kV4CsaRatio;
+    cw->width = width;
+    const int64_t coff = cw->overlap ? 2 : 1;
+    STRATA_ASSIGN_OR_RETURN(cw->ape, get(base + "ape", DType::kF32, {ratio, coff * width}));
+    STRATA_ASSIGN_OR_RETURN(cw->wkv, get(base + "wkv.weight", DType::kBF16, {coff * width, c.dim}));
+    STRATA_ASSIGN_OR_RETURN(cw->wgate, get(base + "wgate.weight", DType::kBF16, {coff * width, c.dim}));
+    STRATA_ASSIGN_OR_RETURN(cw->norm, get(base + "norm.weight", DType::kBF16, {width}));
+    return ok_status();
+  }
+
+  Status load_block(const DeepseekConfig& c, int layer_id, bool mtp, V4BlockWeights* b);
+  int64_t used() const { return static_cast<int64_t>(used_.size()); }
+
+ private:
+  const SafetensorsCheckpoint& ckpt_;
+  std::set<std::string> used_;
+};
+
+Status V4WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool mtp, V4BlockWeights* b) {
+  const LayerSchedule& ls = c.layers[layer_id];
+  b->layer_id = layer_id;
+  b->prefix = mtp ? fmt::format("mtp.{}.", layer_id - c.n_layers) : fmt::format("layers.{}.", layer_id);
+  const std::string& p = b->prefix;
+  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int blk = c.weight_block_size > 0 ? c.weight_block_size : 128;
+
+  STRATA_ASSIGN_OR_RETURN(b->attn_norm, get(p + "attn_norm.weight", DType::kBF16, {D}));
+  STRATA_ASSIGN_OR_RETURN(b->ffn_norm, get(p + "ffn_norm.weight", DType::kBF16, {D}));
+  auto load_mhc = [&](const std::string& n, V41MhcWeights* m) -> Status {
+    STRATA_ASSIGN_OR_RETURN(m->fn, get(p + n + "_fn", DType::kF32, {mix, hc * D}));
+    STRATA_ASSIGN_OR_RETURN(m->base, get(p + n + "_base", DType::kF32, {mix}));
+    STRATA_ASSIGN_OR_RETURN(m->scale, get(p + n + "_scale", DType::kF32, {3}));
+    return ok_status();
+  };
+  STRATA_RETURN_IF_ERROR(load_mhc("hc_attn", &b->hc_attn));
+  STRATA_RETURN_IF_ERROR(load_mhc("hc_ffn", &b->hc_ffn));
+
+  const int64_t H = c.n_heads, hd = c.head_dim, ql = c.q_lora_rank;
+  const std::string a = p + "attn.";
+  V4AttentionWeights& at = b->attn;
+  STRATA_ASSIGN_OR_RETURN(at.attn_sink, get(a + "attn_sink", DType::kF32, {H}));
+  STRATA_ASSIGN_OR_RETURN(at.wq_a, fp8_linear(a + "wq_a", ql, D, blk));
+  STRATA_ASSIGN_OR_RETURN(at.q_norm, get(a + "q_norm.weight", DType::kBF16, {ql}));
+  STRATA_ASSIGN_OR_RETURN(at.wq_b, fp8_linear(a + "wq_b", H * hd, ql, blk));
+  STRATA_ASSIGN_OR_RETURN(at.wkv, fp8_linear(a + "wkv", hd, D, blk));
+  STRATA_ASSIGN_OR_RETURN(at.kv_norm, get(a + "kv_norm.weight", DType::kBF16, {hd}));
+  STRATA_ASSIGN_OR_RETURN(at.wo_a, fp8_linear(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
+                                              H * hd / c.o_groups, blk));
+  STRATA_ASSIGN_OR_RETURN(at.wo_b, fp8_linear(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank, blk));
+  if (ls.ratio > 0) {
+    STRATA_RETURN_IF_ERROR(compressor(a + "compressor.", c, ls.ratio, hd, &at.compressor));
+  }
+  if (ls.has_indexer) {
+    V4IndexerWeights& ix = at.indexer;
+    ix.present = true;
+    const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+    STRATA_ASSIGN_OR_RETURN(ix.wq_b, fp8_linear(a + "indexer.wq_b", ih * id, ql, blk));
+    STRATA_ASSIGN_OR_RETURN(ix.weights_proj, bf16_linear(a + "indexer.weights_proj", ih, D));
+    STRATA_RETURN_IF_ERROR(compressor(a + "indexer.compressor.", c, ls.ratio, id, &ix.compressor));
+  }
+
+  const std::string f = p + "ffn.";
+  const int64_t E = ls.n_routed_experts, I = c.moe_inter_dim, K = ls.n_activated_experts;
+  V4MoeWeights& mo = b->ffn;
+  mo.hash = ls.hash_routed;
+  STRATA_ASSIGN_OR_RETURN(mo.gate_weight, get(f + "gate.weight", DType::kBF16, {E, D}));
+  if (mo.hash) {
+    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(f + "gate.tid2eid"));
+    const DType dt = probe.dtype == DType::kI32 ? DType::kI32 : DType::kI64;
+    STRATA_ASSIGN_OR_RETURN(TensorView t, get(f + "gate.tid2eid", dt, {c.vocab_size, K}));
+    mo.tid2eid.resize(c.vocab_size * K);
+    for (int64_t i = 0; i < c.vocab_size * K; ++i) {
+      int64_t v;
+      if (dt == DType::kI64) {
+        std::memcpy(&v, t.data + i * 8, 8);
+      } else {
+        int32_t v32;
+        std::memcpy(&v32, t.data + i * 4, 4);
+        v = v32;
+      }
+      if (v < 0 || v >= E) return failed_precondition("{}gate.tid2eid[{}] = {} out of [0, {})", f, i, v, E);
+      mo.tid2eid[i] = static_cast<int32_t>(v);
+    }
+  } else {
+    STRATA_ASSIGN_OR_RETURN(mo.gate_bias, get(f + "gate.bias", DType::kF32, {E}));
+  }
+  mo.experts.resize(E);
+  const bool fp4 = c.expert_dtype == "fp4";
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = fmt::format("{}experts.{}.", f, e);
+    V41ExpertWeights& ew = mo.experts[e];
+    if (fp4) {
+      STRATA_ASSIGN_OR_RETURN(ew.w1, fp4_linear(x + "w1", I, D));
+      STRATA_ASSIGN_OR_RETURN(ew.w2, fp4_linear(x + "w2", D, I));
+      STRATA_ASSIGN_OR_RETURN(ew.w3, fp4_linear(x + "w3", I, D));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(ew.w1, fp8_linear(x + "w1", I, D, blk));
+      STRATA_ASSIGN_OR_RETURN(ew.w2, fp8_linear(x + "w2", D, I, blk));
+      STRATA_ASSIGN_OR_RETURN(ew.w3, fp8_linear(x + "w3", I, D, blk));
+    }
+  }
+  if (c.n_shared_experts != 1)
+    return failed_precondition("n_shared_experts = {}: the V4 reference requires 1", c.n_shared_experts);
+  STRATA_ASSIGN_OR_RETURN(mo.shared.w1, fp8_linear(f + "shared_experts.w1", I, D, blk));
+  STRATA_ASSIGN_OR_RETURN(mo.shared.w2, fp8_linear(f + "shared_experts.w2", D, I, blk));
+  STRATA_ASSIGN_OR_RETURN(mo.shared.w3, fp8_linear(f + "shared_experts.w3", I, D, blk));
+
+  if (mtp) {
+    STRATA_ASSIGN_OR_RETURN(b->e_proj, fp8_linear(p + "e_proj", D, D, blk));
+    STRATA_ASSIGN_OR_RETURN(b->h_proj, fp8_linear(p + "h_proj", D, D, blk));
+    STRATA_ASSIGN_OR_RETURN(b->enorm, get(p + "enorm.weight", DType::kBF16, {D}));
+    STRATA_ASSIGN_OR_RETURN(b->hnorm, get(p + "hnorm.weight", DType::kBF16, {D}));
+    STRATA_ASSIGN_OR_RETURN(b->norm, get(p + "norm.weight", DType::kBF16, {D}));
+    STRATA_ASSIGN_OR_RETURN(b->hc_head_fn, get(p + "hc_head_fn", DType::kF32, {hc, hc * D}));
+    STRATA_ASSIGN_OR_RETURN(b->hc_head_base, get(p + "hc_head_base", DType::kF32, {hc}));
+    STRATA_ASSIGN_OR_RETURN(b->hc_head_scale, get(p + "hc_head_scale", DType::kF32, {1}));
+  }
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<DeepseekV4Weights>> DeepseekV4Weights::load(
+    const SafetensorsCheckpoint& checkpoint, const DeepseekConfig& config) {
+  if (config.is_v41()) return failed_precondition("DeepseekV4Weights: config is V4.1, not V4");
+  if (static_cast<int>(config.layers.size()) != config.total_layers())
+    return failed_precondition("DeepseekV4Weights: config not finalized (no layer schedule)");
+  std::unique_ptr<DeepseekV4Weights> w(new DeepseekV4Weights());
+  V4WeightLoader ld(checkpoint);
+  const int64_t V = config.vocab_size, D = config.dim, hc = config.hc_mult;
+  STRATA_ASSIGN_OR_RETURN(w->embed_, ld.get("embed.weight", DType::kBF16, {V, D}));
+  STRATA_ASSIGN_OR_RETURN(w->head_, ld.get("head.weight", DType::kBF16, {V, D}));
+  STRATA_ASSIGN_OR_RETURN(w->norm_, ld.get("norm.weight", DType::kBF16, {D}));
+  STRATA_ASSIGN_OR_RETURN(w->hc_head_fn_, ld.get("hc_head_fn", DType::kF32, {hc, hc * D}));
+  STRATA_ASSIGN_OR_RETURN(w->hc_head_base_, ld.get("hc_head_base", DType::kF32, {hc}));
+  STRATA_ASSIGN_OR_RETURN(w->hc_head_scale_, ld.get("hc_head_scale", DType::kF32, {1}));
+  w->layers_.resize(config.n_layers);
+  for (int i = 0; i < config.n_layers; ++i) {
+    Status st = ld.load_block(config, i, false, &w->layers_[i]);
+    if (!st.ok()) return st.with_context(fmt::format("layer {}", i));
+  }
+  // MTP blocks: loaded when present (the tiny golden and the releases ship mtp.0 only).
+  for (int k = 0; k < config.n_draft_layers; ++k) {
+    if (!checkpoint.has(fmt::format("mtp.{}.attn_norm.weight", k))) break;
+    V4BlockWeights b;
+    Status st = ld.load_block(config, config.n_layers + k, true, &b);
+    if (!st.ok()) return st.with_context(fmt::format("MTP block mtp.{}", k));
+    w->mtp_.push_back(std::move(b));
+  }
+  w->num_used_ = ld.used();
+  w->num_ignored_ = static_cast<int64_t>(checkpoint.names().size()) - w->num_used_;
+  return w;
+}
+
+}  // namespace strata
