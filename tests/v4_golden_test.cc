@@ -20,6 +20,7 @@
 #include "exec/deepseek_v4_model.h"
 #include "exec/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
+#include "exec/runner_factory.h"
 #include "model/dtype.h"
 #include "model/safetensors.h"
 
@@ -138,6 +139,48 @@ void run_all(int64_t chunk) {
   EXPECT_EQ(rep.cases.size(), cases->size());
 }
 
+// The ModelRunner path (runner_factory dispatch on the V4 architecture): a whole-prompt step
+// and teacher-forced one-token steps give the golden logits (same tolerance rules).
+TEST(V4Golden, RunnerCase08) {
+  auto f = SafetensorsFile::open(golden_dir() + "/cases.safetensors");
+  ASSERT_TRUE(f.ok());
+  const auto& t = (*f)->tensors();
+  auto runner = make_model_runner(model_dir(), RunnerOptions{});
+  ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+  ModelRunner& r = **runner;
+  EXPECT_EQ(r.info().architecture, "deepseek_v4");
+  auto ids = [&](const std::string& n) {
+    const TensorView& v = t.at(n);
+    std::vector<int32_t> out(v.numel());
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      int64_t x;
+      std::memcpy(&x, v.data + 8 * i, 8);
+      out[i] = static_cast<int32_t>(x);
+    }
+    return out;
+  };
+  const std::vector<int32_t> prompt = ids("case08.prompt"), dec = ids("case08.decode_tokens");
+  const SeqId sid{7};
+  ASSERT_TRUE(r.add_sequence(sid).ok());
+  std::vector<float> logits;
+  StepItem item{sid, prompt, true};
+  ASSERT_TRUE(r.step(std::span<const StepItem>(&item, 1), &logits).ok());
+  auto max_diff = [&](const float* ref) {
+    double m = 0;
+    for (size_t i = 0; i < logits.size(); ++i) m = std::max(m, double(std::fabs(ref[i] - logits[i])));
+    return m;
+  };
+  EXPECT_LE(max_diff(t.at("case08.prefill_logits").f32()), 0.25);
+  const float* dl = t.at("case08.decode_logits").f32();
+  const int64_t V = r.info().vocab_size;
+  for (size_t i = 0; i < dec.size(); ++i) {
+    StepItem d{sid, std::span<const int32_t>(&dec[i], 1), true};
+    ASSERT_TRUE(r.step(std::span<const StepItem>(&d, 1), &logits).ok());
+    EXPECT_LE(max_diff(dl + i * V), 0.25) << "decode " << i;
+  }
+  EXPECT_EQ(r.sequence_length(sid), static_cast<int64_t>(prompt.size() + dec.size()));
+}
+
 TEST(V4Golden, WholePrefill) { run_all(0); }
 TEST(V4Golden, Chunk1) { run_all(1); }
 TEST(V4Golden, Chunk2) { run_all(2); }
@@ -149,58 +192,3 @@ TEST(V4Golden, Chunk16) { run_all(16); }
 }  // namespace
 }  // namespace strata
 
-namespace strata {
-namespace {
-// Debug aid (runs only with V4_DEBUG_CASE=caseNN): per-layer dumps of a whole-prompt prefill
-// versus one-token calls, printing the first differing tensor per token.
-TEST(V4GoldenDebug, WholeVsTokenByToken) {
-  const char* cname = std::getenv("V4_DEBUG_CASE");
-  if (!cname) GTEST_SKIP() << "set V4_DEBUG_CASE";
-  auto f = SafetensorsFile::open(golden_dir() + "/cases.safetensors");
-  ASSERT_TRUE(f.ok());
-  const TensorView& pt = (*f)->tensors().at(std::string(cname) + ".prompt");
-  std::vector<int32_t> prompt(pt.numel());
-  for (int64_t i = 0; i < pt.numel(); ++i) {
-    int64_t v;
-    std::memcpy(&v, pt.data + 8 * i, 8);
-    prompt[i] = static_cast<int32_t>(v);
-  }
-  auto model = DeepseekV4Model::load(model_dir());
-  ASSERT_TRUE(model.ok());
-  const int64_t S = static_cast<int64_t>(prompt.size());
-  std::vector<std::pair<std::string, std::vector<float>>> whole;
-  std::map<std::string, std::vector<float>> single;  // name -> concatenated rows
-  V4ForwardOptions o1;
-  o1.dump = [&](const std::string& n, const float* d, const std::vector<int64_t>& shape) {
-    int64_t k = 1;
-    for (auto s : shape) k *= s;
-    whole.emplace_back(n, std::vector<float>(d, d + k));
-  };
-  std::vector<float> logits;
-  auto s1 = (*model)->new_sequence();
-  ASSERT_TRUE((*model)->forward(s1.get(), prompt, o1, &logits).ok());
-  V4ForwardOptions o2;
-  o2.dump = [&](const std::string& n, const float* d, const std::vector<int64_t>& shape) {
-    int64_t k = 1;
-    for (auto s : shape) k *= s;
-    single[n].insert(single[n].end(), d, d + k);
-  };
-  auto s2 = (*model)->new_sequence();
-  for (int64_t i = 0; i < S; ++i)
-    ASSERT_TRUE((*model)->forward(s2.get(), std::span<const int32_t>(&prompt[i], 1), o2, &logits).ok());
-  for (int64_t t = 0; t < S; ++t) {
-    for (const auto& [n, v] : whole) {
-      const auto& u = single[n];
-      const int64_t row = static_cast<int64_t>(v.size()) / S;
-      int64_t nd = 0;
-      for (int64_t k = 0; k < row; ++k) nd += v[t * row + k] != u[t * row + k];
-      if (nd) {
-        std::printf("token %lld: first diff at %s (%lld of %lld)\n", static_cast<long long>(t),
-                    n.c_str(), static_cast<long long>(nd), static_cast<long long>(row));
-        break;
-      }
-    }
-  }
-}
-}  // namespace
-}  // namespace strata

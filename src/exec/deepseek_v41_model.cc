@@ -122,7 +122,20 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   }
   m->max_context_ = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
   if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
+  STRATA_ASSIGN_OR_RETURN(StateGraph g, StateGraph::from_deepseek(c));
+  m->state_graph_.emplace(std::move(g));
+  m->state_max_tokens_ = options.state_max_tokens > 0 ? options.state_max_tokens
+                                                      : std::min<int64_t>(m->max_context_, 32768);
+  m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
+  m->legacy_state_ = options.legacy_state;
   return m;
+}
+
+std::unique_ptr<V41SequenceState> DeepseekV41Model::new_sequence() const {
+  if (legacy_state_) return new_legacy_sequence();
+  auto s = V41SequenceState::create(config_, *state_graph_, state_max_tokens_);
+  STRATA_CHECK_MSG(s.ok(), "V4.1 sequence state: {}", s.status().to_string());
+  return std::move(s).value();
 }
 
 void DeepseekV41Model::engram(int L, Ctx& c) const {
@@ -279,6 +292,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   if (seq->length() + S > max_context_)
     return out_of_range("sequence of {} tokens exceeds the context of {}", seq->length() + S, max_context_);
 
+  STRATA_RETURN_IF_ERROR(seq->begin_call(tokens));
   Ctx c;
   c.seq = seq;
   c.s0 = seq->length();
@@ -363,8 +377,12 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     v41::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
   }
 
-  if (engram_hasher_) engram_hasher_->advance_history(&seq->engram_history(), raw);
-  seq->set_length(c.s0 + S);
+  if (engram_hasher_) {
+    std::vector<int64_t> hist = seq->engram_history();
+    engram_hasher_->advance_history(&hist, raw);
+    seq->set_engram_history(hist);
+  }
+  seq->end_call(S);
   return ok_status();
 }
 

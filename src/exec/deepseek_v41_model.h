@@ -15,8 +15,13 @@
 // (gate top-k order) and, per index-source layer, the compressed positions the indexer kept
 // per token (ascending; the indexer's unreachable picks dropped; empty when it did not run).
 //
-// Errors: load() returns the config / checkpoint / Engram errors; forward() InvalidArgument
-// for token ids out of range, OutOfRange past max context.
+// State: every read/write of per-sequence state goes through V41SequenceState, an adapter
+// over the state module's CacheManager storage API (serving format; see
+// v41_sequence_state.h), with owners from state_graph() (StateGraph::from_deepseek).
+//
+// Errors: load() returns the config / checkpoint / Engram / state-graph errors; forward()
+// InvalidArgument for token ids out of range, OutOfRange past max context,
+// ResourceExhausted past the sequence's state capacity.
 // Thread safety: the model is immutable after load and may serve many sequences, one call at
 // a time per sequence.
 #pragma once
@@ -36,6 +41,7 @@
 #include "model/deepseek_v41_weights.h"
 #include "model/engram_hash.h"
 #include "model/safetensors.h"
+#include "state/state_graph.h"
 
 namespace strata {
 
@@ -80,6 +86,11 @@ struct V41LoadOptions {
   std::string engram_token_map_path;
   std::vector<int64_t> engram_token_map;  // takes precedence when non-empty
   int64_t max_context = 0;                // 0 = config max_position_embeddings
+  // Positions one sequence's state can hold (new_sequence()'s SequenceCache is allocated
+  // eagerly at this size); 0 = min(max_context, 32768).
+  int64_t state_max_tokens = 0;
+  // Old path: keep sequences in the interim f32 mirror instead of the state module.
+  bool legacy_state = false;
   bool progress = false;
 };
 
@@ -93,8 +104,17 @@ class DeepseekV41Model {
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV41Weights& weights() const { return *weights_; }
   int64_t max_context() const { return max_context_; }
+  // The state graph (owners and consumers per layer) sequences are stored through.
+  const StateGraph& state_graph() const { return *state_graph_; }
+  // Positions one new_sequence() can hold (<= max_context()).
+  int64_t state_max_tokens() const { return state_max_tokens_; }
 
-  std::unique_ptr<V41SequenceState> new_sequence() const {
+  // A fresh sequence: state in the serving format through the state module (an owned
+  // SequenceCache of state_max_tokens() positions), or the f32 mirror when loaded with
+  // legacy_state.
+  std::unique_ptr<V41SequenceState> new_sequence() const;
+  // Always the f32 mirror (A/B checks of the port).
+  std::unique_ptr<V41SequenceState> new_legacy_sequence() const {
     return std::make_unique<V41SequenceState>(config_);
   }
 
@@ -121,6 +141,9 @@ class DeepseekV41Model {
   std::optional<EngramHasher> engram_hasher_;
   std::vector<v41::RopeTable> rope_;  // per backbone layer
   int64_t max_context_ = 0;
+  std::optional<StateGraph> state_graph_;
+  int64_t state_max_tokens_ = 0;
+  bool legacy_state_ = false;
 };
 
 }  // namespace strata

@@ -35,7 +35,10 @@ int64_t DeepseekV41Runner::sequence_length(SeqId seq) const {
 }
 
 int64_t DeepseekV41Runner::token_capacity_left(SeqId seq) const {
-  return model_->max_context() - sequence_length(seq);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return model_->state_max_tokens();
+  return (it->second->uses_state_graph() ? model_->state_max_tokens() : model_->max_context()) -
+         it->second->length();
 }
 
 Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<float>* logits) {
@@ -45,8 +48,17 @@ Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<floa
   std::vector<float> row;
   for (const StepItem& it : items) {
     V41ForwardOptions opt;
-    // A one-token step after the prompt is a generation step (reference decode semantics).
-    opt.decode_step = it.tokens.size() == 1 && seqs_[it.seq]->length() > 0;
+    const int64_t pos = seqs_[it.seq]->length();
+    if (it.prompt_len > 0) {
+      // Known prompt length (the scheduler passes it): positions past the prompt are
+      // generation steps (reference decode semantics); prompt chunks are computed as rows
+      // of one whole-prompt call, so chunked prefill is bit-identical to unchunked.
+      opt.decode_step = pos >= it.prompt_len;
+      if (!opt.decode_step) opt.prompt_len = it.prompt_len;
+    } else {
+      // Unknown: a one-token step after the first token is taken as a generation step.
+      opt.decode_step = it.tokens.size() == 1 && pos > 0;
+    }
     STRATA_RETURN_IF_ERROR(model_->forward(seqs_[it.seq].get(), it.tokens, opt, &row));
     if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
   }

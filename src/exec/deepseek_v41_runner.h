@@ -1,8 +1,9 @@
 // DeepseekV41Runner: ModelRunner (exec/model_runner.h) over DeepseekV41Model, plus the
 // GoldenTarget adapter `strata validate golden` uses (exec/golden_validator.h).
 //
-// Each sequence owns one V41SequenceState (window rings, compressed KV, index keys,
-// compressor partial state, Engram history). step() runs every item's tokens as one chunk
+// Each sequence owns one V41SequenceState: its window rings, compressed KV, index keys,
+// compressor partial state and Engram history live in the state module (an owned
+// SequenceCache over the model's StateGraph, serving format; see v41_sequence_state.h). step() runs every item's tokens as one chunk
 // at the sequence's current length (prefill, a later prefill chunk, or decode); items are
 // independent, so a sequence's logits do not depend on its batch neighbours.
 // Errors: add_sequence on a live id -> InvalidArgument; step on an unknown id ->

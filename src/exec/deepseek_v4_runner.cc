@@ -46,7 +46,11 @@ Status DeepseekV4Runner::step(std::span<const StepItem> items, std::vector<float
   logits->clear();
   std::vector<float> row;
   for (const StepItem& it : items) {
-    STRATA_RETURN_IF_ERROR(model_->forward(seqs_[it.seq].get(), it.tokens, V4ForwardOptions{}, &row));
+    V4ForwardOptions opt;
+    // Prompt chunks are computed as rows of one whole-prompt call (bit-identical to an
+    // unchunked prefill); generated tokens as the reference's one-token decode calls.
+    if (it.prompt_len > 0 && seqs_[it.seq]->length() < it.prompt_len) opt.prompt_len = it.prompt_len;
+    STRATA_RETURN_IF_ERROR(model_->forward(seqs_[it.seq].get(), it.tokens, opt, &row));
     if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
   }
   return ok_status();

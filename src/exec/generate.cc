@@ -33,7 +33,8 @@ StatusOr<GenerateResult> generate(ModelRunner& runner, const Tokenizer& tokenize
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   {
-    StepItem item{o.seq, res.prompt_ids, true};
+    const int64_t prompt_len = static_cast<int64_t>(res.prompt_ids.size());
+    StepItem item{o.seq, res.prompt_ids, true, prompt_len};
     STRATA_RETURN_IF_ERROR(runner.step({&item, 1}, &logits));
   }
   auto t1 = Clock::now();
@@ -49,7 +50,8 @@ StatusOr<GenerateResult> generate(ModelRunner& runner, const Tokenizer& tokenize
     res.text += piece;
     if (o.on_text) o.on_text(piece);
     if (n + 1 == o.max_tokens || runner.token_capacity_left(o.seq) <= 0) break;
-    StepItem item{o.seq, std::span<const int32_t>(&res.generated_ids.back(), 1), true};
+    StepItem item{o.seq, std::span<const int32_t>(&res.generated_ids.back(), 1), true,
+                  static_cast<int64_t>(res.prompt_ids.size())};
     STRATA_RETURN_IF_ERROR(runner.step({&item, 1}, &logits));
   }
   std::string tail = dec.finish();

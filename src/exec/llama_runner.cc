@@ -21,13 +21,28 @@ namespace {
 int64_t kv_tokens(const LlamaModel& m, const RunnerOptions& o) {
   return o.kv_cache_tokens > 0 ? o.kv_cache_tokens : 4 * m.config().max_position_embeddings;
 }
+LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
+  const LlamaConfig& c = m.config();
+  LlamaKvState::Options k;
+  k.n_layers = static_cast<int>(c.num_hidden_layers);
+  k.n_kv_heads = static_cast<int>(c.num_key_value_heads);
+  k.head_dim = static_cast<int>(c.head_dim);
+  k.max_context = c.max_position_embeddings;
+  k.capacity_tokens = kv_tokens(m, o);
+  // Prefix-cache blocks on top of the running capacity: as many again (the state pools are
+  // allocated up front, so this doubles the KV memory; cached blocks are evicted LRU only
+  // when a step would run short).
+  k.cache_tokens = k.capacity_tokens;
+  k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}", m.dir(), c.num_hidden_layers,
+                           c.hidden_size, c.num_key_value_heads, c.head_dim, c.vocab_size);
+  return k;
+}
 }  // namespace
 
 LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const RunnerOptions& options)
     : model_(std::move(model)),
       pool_(std::make_unique<ThreadPool>(options.threads)),
-      kv_(model_->config().num_hidden_layers, model_->config().kv_dim(),
-          model_->config().max_position_embeddings, kv_tokens(*model_, options)) {
+      kv_(kv_options(*model_, options)) {
   const LlamaConfig& c = model_->config();
   info_.name = options.name.empty()
                    ? std::filesystem::path(model_->dir()).lexically_normal().filename().string()
@@ -41,11 +56,20 @@ LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const RunnerOptions&
   info_.eos_id = c.eos_token_id;
 }
 
-Status LlamaRunner::add_sequence(SeqId seq) { return kv_.add(seq); }
-void LlamaRunner::release_sequence(SeqId seq) { kv_.release(seq); }
-int64_t LlamaRunner::sequence_length(SeqId seq) const { return kv_.length(seq); }
-int64_t LlamaRunner::token_capacity_left(SeqId seq) const { return kv_.capacity_left(seq); }
-std::vector<CacheUsage> LlamaRunner::cache_usage() const { return {kv_.usage()}; }
+Status LlamaRunner::add_sequence(SeqId seq) { return kv_.add(seq.value); }
+void LlamaRunner::release_sequence(SeqId seq) { kv_.release(seq.value); }
+int64_t LlamaRunner::sequence_length(SeqId seq) const { return kv_.length(seq.value); }
+int64_t LlamaRunner::token_capacity_left(SeqId seq) const { return kv_.capacity_left(seq.value); }
+std::vector<CacheUsage> LlamaRunner::cache_usage() const {
+  std::vector<CacheUsage> out;
+  for (const LlamaKvUsage& u : kv_.usage())
+    out.push_back(CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes});
+  return out;
+}
+int64_t LlamaRunner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  return kv_.attach_prefix(seq.value, tokens);
+}
+int64_t LlamaRunner::prefix_alignment() const { return kv_.unit(); }
 
 int64_t LlamaRunner::decode_bytes_read(int64_t len) const {
   return model_->weight_bytes_per_token() + len * kv_.bytes_per_token();
@@ -58,7 +82,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
   std::set<int64_t> seen;
   int64_t M = 0, n_logits = 0;
   for (const StepItem& it : items) {
-    if (!kv_.has(it.seq)) return invalid_argument("step: unknown sequence {}", it.seq.value);
+    if (!kv_.has(it.seq.value)) return invalid_argument("step: unknown sequence {}", it.seq.value);
     if (!seen.insert(it.seq.value).second)
       return invalid_argument("step: sequence {} appears twice", it.seq.value);
     if (it.tokens.empty()) return invalid_argument("step: sequence {} has no tokens", it.seq.value);
@@ -68,13 +92,14 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
     M += static_cast<int64_t>(it.tokens.size());
     if (it.want_logits) ++n_logits;
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    const StepItem& it = items[i];
-    Status st = kv_.reserve(it.seq, kv_.length(it.seq) + static_cast<int64_t>(it.tokens.size()));
-    if (!st.ok()) {
-      for (size_t j = 0; j < i; ++j) kv_.shrink(items[j].seq);
-      return st;
+  {
+    std::vector<int64_t> ids;
+    std::vector<std::span<const int32_t>> toks;
+    for (const StepItem& it : items) {
+      ids.push_back(it.seq.value);
+      toks.push_back(it.tokens);
     }
+    STRATA_RETURN_IF_ERROR(kv_.begin_step(ids, toks));
   }
 
   // ---- Row bookkeeping. ----
@@ -86,7 +111,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
   {
     int64_t r = 0;
     for (size_t i = 0; i < items.size(); ++i) {
-      const int64_t base = kv_.length(items[i].seq);
+      const int64_t base = kv_.length(items[i].seq.value);
       for (size_t t = 0; t < items[i].tokens.size(); ++t, ++r) {
         row_item[r] = static_cast<int32_t>(i);
         row_pos[r] = base + static_cast<int64_t>(t);
@@ -136,12 +161,11 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
                           rope_style);
       kernels::rope_apply(k_.data() + r * kvd, static_cast<int>(nkv), static_cast<int>(hd), cs, sn,
                           rope_style);
-      const SeqId seq = items[row_item[r]].seq;
-      std::copy(k_.data() + r * kvd, k_.data() + (r + 1) * kvd, kv_.k_row(seq, l, row_pos[r]));
-      std::copy(v_.data() + r * kvd, v_.data() + (r + 1) * kvd, kv_.v_row(seq, l, row_pos[r]));
+      kv_.write_kv(items[row_item[r]].seq.value, static_cast<int>(l), row_pos[r],
+                   k_.data() + r * kvd, v_.data() + r * kvd);
     }
     std::vector<kernels::KvBlocks> views(items.size());
-    for (size_t i = 0; i < items.size(); ++i) views[i] = kv_.view(items[i].seq, l);
+    for (size_t i = 0; i < items.size(); ++i) views[i] = kv_.view(items[i].seq.value, static_cast<int>(l));
     auto attend = [&](int64_t t0, int64_t t1) {
       std::vector<float> scratch(max_t);
       for (int64_t task = t0; task < t1; ++task) {
@@ -182,8 +206,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
       kernels::matmul(xn_.data(), n_logits, model_->lm_head(), logits->data(), pool);
     }
   }
-  for (const StepItem& it : items)
-    kv_.set_length(it.seq, kv_.length(it.seq) + static_cast<int64_t>(it.tokens.size()));
+  kv_.end_step();
   return ok_status();
 }
 

@@ -9,7 +9,9 @@
 // writes and attention are per token (each token attends to its own sequence's positions
 // 0..pos). All kernels are batch- and thread-count-invariant, so a token's logits are
 // bit-identical whether it is decoded alone, in a batch or inside a prefill chunk.
-// KV lives in a PagedKvCache (exec/paged_kv_cache.h) with a token capacity limit.
+// KV lives in the state graph's CacheManager (plain_kv owner per layer) through
+// LlamaKvState (exec/llama_kv_state.h), read in place by the attention kernels; the prefix
+// cache shares full blocks of `prefix_alignment()` tokens between requests (refcounted).
 //
 // Errors: step() validates everything (unknown/duplicate sequence, empty item, token id out
 // of range, context or KV capacity exceeded) before touching any state; on error no
@@ -23,7 +25,7 @@
 
 #include "base/thread_pool.h"
 #include "exec/model_runner.h"
-#include "exec/paged_kv_cache.h"
+#include "exec/llama_kv_state.h"
 #include "exec/runner_factory.h"
 #include "model/llama_model.h"
 
@@ -42,8 +44,11 @@ class LlamaRunner : public ModelRunner {
   int64_t token_capacity_left(SeqId seq) const override;
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
+  int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  int64_t prefix_alignment() const override;
 
   const LlamaModel& model() const { return *model_; }
+  const LlamaKvState& kv_state() const { return kv_; }
   ThreadPool& pool() { return *pool_; }
   // Bytes of weights + KV read by one decode step of a sequence of length `len`.
   int64_t decode_bytes_read(int64_t len) const;
@@ -51,7 +56,7 @@ class LlamaRunner : public ModelRunner {
  private:
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<ThreadPool> pool_;
-  PagedKvCache kv_;
+  LlamaKvState kv_;
   ModelInfo info_;
   // Step scratch (grown on demand).
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_;

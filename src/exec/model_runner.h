@@ -41,6 +41,11 @@ struct StepItem {
   SeqId seq;
   std::span<const int32_t> tokens;
   bool want_logits = true;  // return the logits of the last token of this item
+  // The sequence's prompt length in tokens, when known (-1: unknown). Positions below it
+  // are prompt tokens, positions at or past it generated tokens. Runners whose numerics
+  // depend on the call shape (DeepSeek V4.1 reproduces reference behaviour that differs
+  // between prompt chunks and decode steps) use it; others ignore it.
+  int64_t prompt_len = -1;
 };
 
 // Per-kind cache usage, for /metrics and admission.

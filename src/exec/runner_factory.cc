@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v4_runner.h"
 #include "exec/llama_runner.h"
 
 namespace strata {
@@ -59,6 +61,16 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   STRATA_ASSIGN_OR_RETURN(std::string arch, model_architecture(dir));
   if (arch == "LlamaForCausalLM" || arch == "llama") {
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
+    return std::unique_ptr<ModelRunner>(std::move(r));
+  }
+  if (arch == "DeepseekV41ForCausalLM" || arch == "deepseek_v41") {
+    V41LoadOptions load;
+    load.progress = options.progress;
+    STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV41Runner::create(dir, load, options.name));
+    return std::unique_ptr<ModelRunner>(std::move(r));
+  }
+  if (arch == "DeepseekV4ForCausalLM" || arch == "deepseek_v4") {
+    STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV4Runner::create(dir, options.name));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
   return unimplemented("{}: architecture '{}' is not supported", dir, arch);

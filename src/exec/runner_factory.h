@@ -1,8 +1,8 @@
 // make_model_runner: builds the ModelRunner for a model directory, dispatching on
 // config.json's "architectures" (or "model_type").
 //
-// Known today: LlamaForCausalLM / "llama" -> LlamaRunner. Other architectures (V4.1) add a
-// branch in runner_factory.cc. Errors: NotFound (no config.json), InvalidArgument (bad
+// Known: LlamaForCausalLM -> LlamaRunner, DeepseekV41ForCausalLM -> DeepseekV41Runner,
+// DeepseekV4ForCausalLM -> DeepseekV4Runner. Errors: NotFound (no config.json), InvalidArgument (bad
 // JSON), Unimplemented (unknown architecture), or the runner's own load errors.
 // Thread safety: free function; the runner it returns is single-threaded (model_runner.h).
 #pragma once

@@ -63,29 +63,34 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
   v41::linear_f32(x, S, cw.wkv.weight, hd, D, a.data());
   v41::linear_f32(x, S, cw.wgate.weight, hd, D, z.data());
   std::vector<float> pooled(hd), normed(hd);
+  // The partial group (state kind compressor_state, f32): loaded once, stored back once.
+  STRATA_CHECK_MSG(!ls.overlap_compressor, "layer {}: V4.1 compressor is not overlapping", L);
+  std::vector<float> ckv(m * hd), csc(m * hd);
+  c.seq->get_compressor_state(L, ckv.data(), csc.data());
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = c.s0 + i;
     const int slot = static_cast<int>(p % m);
-    std::copy_n(&a[i * hd], hd, c.seq->comp_kv_slot(L, slot));
-    std::copy_n(&z[i * hd], hd, c.seq->comp_score_slot(L, slot));
+    std::copy_n(&a[i * hd], hd, &ckv[slot * hd]);
+    std::copy_n(&z[i * hd], hd, &csc[slot * hd]);
     if ((p + 1) % m != 0) continue;
     for (int64_t j = 0; j < hd; ++j) {
       float mx = kNegInf;
-      for (int r = 0; r < m; ++r) mx = std::max(mx, c.seq->comp_score_slot(L, r)[j]);
+      for (int r = 0; r < m; ++r) mx = std::max(mx, csc[r * hd + j]);
       float e[16];
       float sum = 0.0f;
       for (int r = 0; r < m; ++r) {
-        e[r] = v41::sleef_expf(c.seq->comp_score_slot(L, r)[j] - mx);
+        e[r] = v41::sleef_expf(csc[r * hd + j] - mx);
         sum += e[r];
       }
       float v = 0.0f;
-      for (int r = 0; r < m; ++r) v += c.seq->comp_kv_slot(L, r)[j] * (e[r] / sum);
+      for (int r = 0; r < m; ++r) v += ckv[r * hd + j] * (e[r] / sum);
       pooled[j] = round_to_bf16(v);
     }
     v41::rms_norm(pooled.data(), 1, hd, &cw.norm, config_.norm_eps, normed.data());
     latent->insert(latent->end(), normed.begin(), normed.end());
     latent_rows->push_back(p / m);
   }
+  c.seq->set_compressor_state(L, ckv.data(), csc.data());
 }
 
 void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) const {
@@ -115,9 +120,16 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
 
   int kowner = ls.index_key_owner;
   if (c.decode_step && c.seq->published_index_owner() >= 0) kowner = c.seq->published_index_owner();
-  const int64_t krows = c.seq->index_key_rows(kowner);
+  // Rows the key owner has written: through this call's end if it ran already (an earlier
+  // layer or this one), else through the previous call's end.
+  const int64_t kend = kowner <= L ? c.s0 + S : c.s0;
+  const int64_t krows = kend / config_.layers[kowner].ratio;
   STRATA_CHECK_MSG(kowner != ls.index_key_owner || krows >= (c.s0 + S) / m,
                    "layer {}: {} index keys < {}", L, krows, (c.s0 + S) / m);
+  // Keys any query of the call can see: g < min(krows, (s0+S)/m).
+  const int64_t nkeys = std::min<int64_t>(krows, (c.s0 + S) / m);
+  std::vector<float> keys(nkeys * id);
+  c.seq->read_index_keys(kowner, 0, nkeys, keys.data());
   const std::vector<float> zero_key(id, 0.0f);
   const bool cand_src = ls.is_candidate_source;
   const bool use_cand = ls.uses_candidates;
@@ -137,7 +149,7 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
         score[g] = kNegInf;
         continue;
       }
-      const float* kr = g < krows ? c.seq->index_key_row(kowner, g) : zero_key.data();
+      const float* kr = g < nkeys ? &keys[g * id] : zero_key.data();
       float acc = 0.0f;
       for (int64_t h = 0; h < ih; ++h) {
         const float* qh = &q[(i * ih + h) * id];
@@ -208,10 +220,8 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
 
   // Compressed part: compressor (kv sources), index keys, latent RoPE + FP4 QDQ, indexer.
   const Ctx::TopK* topk = nullptr;
-  int64_t clen = 0;
   if (ls.ratio > 0) {
     const int64_t m = ls.ratio;
-    clen = (s0 + S) / m;
     if (ls.has_compressor) {
       std::vector<float> latent;
       std::vector<int64_t> rows;
@@ -226,8 +236,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         for (int64_t r = 0; r < n; ++r) {
           rope.apply(&kk[r * id + id - rd], rows[r] * m, false);
           v41::qdq_fp4_e8m0(&kk[r * id], id, 32);
-          STRATA_CHECK(c.seq->index_key_rows(L) == rows[r]);
-          c.seq->append_index_key(L, &kk[r * id]);
+          c.seq->write_index_key(L, rows[r], &kk[r * id]);
         }
         c.seq->set_published_index_owner(L);
       }
@@ -235,14 +244,12 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         float* lr = &latent[r * hd];
         rope.apply(lr + hd - rd, rows[r] * m, false);
         v41::qdq_fp4_e4m3(lr, hd, 16);
-        STRATA_CHECK(c.seq->compressed_rows(L) == rows[r]);
-        c.seq->append_compressed(L, lr);
+        c.seq->write_compressed_row(L, rows[r], lr);
       }
     }
     if (ls.has_indexer) indexer(L, x, qr.data(), c);
     STRATA_CHECK_MSG(ls.topk_owner >= 0, "layer {} has no top-k owner", L);
     topk = &c.topk[ls.topk_owner];
-    STRATA_CHECK(c.seq->compressed_rows(ls.kv_owner) >= clen);
   }
 
   // Sparse attention per query and head.
@@ -250,11 +257,29 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   const float* sink = aw.attn_sink.f32();
   std::vector<float> o(S * H * hd);
   std::vector<const float*> rows;
+  // Ring rows of earlier calls this call's queries can see: [max(0, s0-W+1), s0), read once
+  // (before this call's rows overwrite their slots).
+  const int64_t ring0 = std::max<int64_t>(0, s0 - W + 1);
+  std::vector<float> ring((s0 - ring0) * hd);
+  for (int64_t pos = ring0; pos < s0; ++pos)
+    c.seq->read_window_row(L, pos, &ring[(pos - ring0) * hd]);
+  // Compressed rows of the kv owner, decoded on first use.
+  const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
+  std::vector<float> crows(topk ? cavail * hd : 0);
+  std::vector<uint8_t> cread(topk ? cavail : 0, 0);
+  auto compressed_ptr = [&](int64_t g) -> const float* {
+    STRATA_CHECK(g >= 0 && g < cavail);
+    if (!cread[g]) {
+      c.seq->read_compressed_rows(ls.kv_owner, g, 1, &crows[g * hd]);
+      cread[g] = 1;
+    }
+    return &crows[g * hd];
+  };
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;
     rows.clear();
     auto window_ptr = [&](int64_t pos) -> const float* {
-      return pos >= s0 ? &kv[(pos - s0) * hd] : c.seq->window_row(L, pos);
+      return pos >= s0 ? &kv[(pos - s0) * hd] : &ring[(pos - ring0) * hd];
     };
     if (!c.decode_step) {
       // Reference prefill layout: min(L, W) entries from max(0, p-W+1), unreachable trailing.
@@ -272,7 +297,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     }
     if (topk) {
       const auto& sel = topk->rows[i];
-      for (int32_t g : sel) rows.push_back(c.seq->compressed_row(ls.kv_owner, g));
+      for (int32_t g : sel) rows.push_back(compressed_ptr(g));
       for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -285,7 +310,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
 
   // Seed the ring with this call's rows (after attention, see the file comment).
   for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
-    std::copy_n(&kv[i * hd], hd, c.seq->window_row(L, s0 + i));
+    c.seq->write_window_row(L, s0 + i, &kv[i * hd]);
 
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum; wo_a dequantized exactly),
   // then wo_b (FP8 GEMM).

@@ -1,116 +1,106 @@
-// V41SequenceState: all per-sequence inference state of one DeepSeek-V4.1 request, organised
-// by the state kinds of the state-graph issue (spec v41-architecture.md §3.1):
-//   window KV ring      every layer, [W, head_dim], slot p mod W (QDQ FP8 values)
-//   compressed KV       kv-source layers only, one row per `ratio` tokens (QDQ FP4/E4M3-16)
-//   index keys          index-key owners only, one row per compressed row (QDQ FP4/E8M0-32)
-//   compressor partial  ratio>1 kv sources: kv/score [ratio, head_dim] fp32 (fresh: 0 / -inf)
-//   engram history      the last max_ngram-1 mapped token ids
-// Consumers never copy: a Reuse/Reindex layer reads its owner's entries through the
+// V41SequenceState: the per-sequence state handle of one DeepSeek-V4.1 request -- a thin
+// adapter over the state module (src/state/, docs/state.md): every read and write of
+// inference state by DeepseekV41Model goes through the CacheManager storage API of the
+// sequence, in the serving format, with owners from the StateGraph built from the config's
+// LayerSchedule (spec v41-architecture.md §3.1):
+//   window KV ring      every layer, W rows of head_dim (FP8 E4M3 + UE8M0), slot p mod W
+//   compressed KV       kv-source layers only, one row per `ratio` tokens (FP4 + E4M3-16)
+//   index keys          index-key owners only, one row per compressed row (FP4 + UE8M0-32)
+//   compressor partial  ratio>1 kv sources: kv/score [ratio, head_dim] f32 (fresh: 0 / -inf)
+//   engram history      the last max_ngram-1 mapped token ids (i32, -2 = before start)
+// Consumers never copy: a Reuse/Reindex layer reads its owner's rows through the
 // LayerSchedule owner ids (kv_owner, index_key_owner). Per-forward transients (top-k lists,
-// candidate masks) are not stored here.
+// candidate masks) live in the forward's scratch (v41_forward_ctx.h), keyed by producer.
+// Reads return the reference's QDQ values (decode(encode(x)) == qdq(x) bit-exactly), and the
+// forward writes rows it has already QDQ'd (idempotent), so results equal the f32 mirror.
 //
-// Storage is the reference's form (f32 copies of QDQ'd bf16 values), which is numerically
-// identical to the serving format when the same group scales are kept (spec §3.0). This is
-// an interim mirror of the state module's per-sequence storage API (src/state/), to be
-// swapped for it when it lands; the accessors below are the only way the forward touches
-// state, to keep the switch local.
+// Backends:
+//   * owned SequenceCache (DeepseekV41Model::new_sequence): capacity `max_tokens` positions;
+//     begin_call/end_call plan, commit and finish one step.
+//   * external CacheManager + sequence id (prefix-cache users, a scheduler): the caller
+//     drives add_sequence/plan_step/commit/finish_step; begin_call/end_call only check and
+//     advance length (start it at the plan's start_pos, e.g. after a prefix hit).
+//   * legacy f32 mirror (the pre-port storage), kept behind a switch for A/B checks.
+// The one value kept outside the state module is published_index_owner (reference decode
+// quirk, V41ForwardOptions::decode_step): an owner-layer id, not inference data.
+// Errors: begin_call past the capacity -> ResourceExhausted. Misuse (reads of rows never
+// reserved) CHECKs in the cache manager.
 // Thread safety: owned by one sequence; not thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <limits>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "model/deepseek_config.h"
 
 namespace strata {
 
-struct V41LayerState {
-  std::vector<float> window;       // [W * head_dim]
-  std::vector<float> compressed;   // [rows * head_dim]
-  std::vector<float> index_keys;   // [rows * index_head_dim]
-  std::vector<float> comp_kv;      // [ratio * head_dim] fp32 partial group (ratio > 1)
-  std::vector<float> comp_score;   // [ratio * head_dim]
-};
+class CacheManager;
+class SequenceCache;
+class StateGraph;
 
 class V41SequenceState {
  public:
-  explicit V41SequenceState(const DeepseekConfig& c) : config_(&c) { reset(); }
+  // Legacy f32 mirror (no state module).
+  explicit V41SequenceState(const DeepseekConfig& c);
+  // Owned SequenceCache over `graph` (which must outlive the state), `max_tokens` positions.
+  static StatusOr<std::unique_ptr<V41SequenceState>> create(const DeepseekConfig& c,
+                                                            const StateGraph& graph,
+                                                            int64_t max_tokens);
+  // External manager: sequence `seq` of `cm` (already added), whose state is computed up to
+  // `length` (the first plan's start_pos).
+  V41SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
+  ~V41SequenceState();
+  V41SequenceState(const V41SequenceState&) = delete;
+  V41SequenceState& operator=(const V41SequenceState&) = delete;
 
-  void reset() {
-    const DeepseekConfig& c = *config_;
-    length_ = 0;
-    engram_history_.clear();
-    published_index_owner_ = -1;
-    layers_.assign(c.n_layers, V41LayerState{});
-    for (int l = 0; l < c.n_layers; ++l) {
-      const LayerSchedule& ls = c.layers[l];
-      V41LayerState& s = layers_[l];
-      s.window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
-      if (ls.has_compressor && ls.ratio > 1) {
-        s.comp_kv.assign(static_cast<size_t>(ls.ratio) * c.head_dim, 0.0f);
-        s.comp_score.assign(static_cast<size_t>(ls.ratio) * c.head_dim,
-                            -std::numeric_limits<float>::infinity());
-      }
-    }
-  }
+  bool uses_state_graph() const { return cm_ != nullptr; }
+  // The manager and sequence id (null for the legacy backend).
+  CacheManager* cache_manager() const { return cm_; }
+  int64_t cache_seq() const { return seq_; }
 
   int64_t length() const { return length_; }
-  void set_length(int64_t n) { length_ = n; }
+  // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
+  Status begin_call(std::span<const int32_t> tokens);
+  // Ends the call and advances length by the call's tokens.
+  void end_call(int64_t n_tokens);
 
-  // Window ring row of `layer` holding position `pos` (slot pos mod W).
-  float* window_row(int layer, int64_t pos) {
-    return &layers_[layer].window[static_cast<size_t>(pos % config_->window_size) * config_->head_dim];
-  }
-  // Compressed KV rows of owner layer (append-only).
-  int64_t compressed_rows(int owner) const {
-    return static_cast<int64_t>(layers_[owner].compressed.size()) / config_->head_dim;
-  }
-  const float* compressed_row(int owner, int64_t row) const {
-    return &layers_[owner].compressed[static_cast<size_t>(row) * config_->head_dim];
-  }
-  void append_compressed(int owner, const float* row) {
-    auto& v = layers_[owner].compressed;
-    v.insert(v.end(), row, row + config_->head_dim);
-  }
-  int64_t index_key_rows(int owner) const {
-    return static_cast<int64_t>(layers_[owner].index_keys.size()) / config_->index_head_dim;
-  }
-  const float* index_key_row(int owner, int64_t row) const {
-    return &layers_[owner].index_keys[static_cast<size_t>(row) * config_->index_head_dim];
-  }
-  void append_index_key(int owner, const float* row) {
-    auto& v = layers_[owner].index_keys;
-    v.insert(v.end(), row, row + config_->index_head_dim);
-  }
-  // Compressor partial state slot (fp32 [head_dim]) for ratio > 1 kv sources.
-  float* comp_kv_slot(int owner, int slot) {
-    return &layers_[owner].comp_kv[static_cast<size_t>(slot) * config_->head_dim];
-  }
-  float* comp_score_slot(int owner, int slot) {
-    return &layers_[owner].comp_score[static_cast<size_t>(slot) * config_->head_dim];
-  }
-  std::vector<int64_t>& engram_history() { return engram_history_; }
+  // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
+  void read_window_row(int layer, int64_t pos, float* out) const;
+  void write_window_row(int layer, int64_t pos, const float* x);
+  // Compressed KV / index keys of OWNER layer (consumers pass kv_owner / index_key_owner).
+  void read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const;
+  void write_compressed_row(int owner, int64_t g, const float* x);
+  void read_index_keys(int owner, int64_t g0, int64_t n, float* out) const;
+  void write_index_key(int owner, int64_t g, const float* x);
+  // Compressor partial group of `layer`: kv, score [ratio * head_dim] f32 each.
+  void get_compressor_state(int layer, float* kv, float* score) const;
+  void set_compressor_state(int layer, const float* kv, const float* score);
+  // Engram history: mapped ids of the last min(length, max_ngram-1) positions, oldest first.
+  std::vector<int64_t> engram_history() const;
+  void set_engram_history(const std::vector<int64_t>& h);
+
   // The index-key owner that most recently emitted keys (the reference's module-global
-  // shared_attn.index_k, which persists across calls); -1 = none yet. See
-  // V41ForwardOptions::decode_step.
+  // shared_attn.index_k); -1 = none yet. See V41ForwardOptions::decode_step.
   int published_index_owner() const { return published_index_owner_; }
   void set_published_index_owner(int l) { published_index_owner_ = l; }
 
-  // Bytes held (reference f32 form), for cache_usage().
-  int64_t bytes() const {
-    int64_t b = 0;
-    for (const auto& l : layers_)
-      b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size() +
-                                l.comp_kv.size() + l.comp_score.size()) * 4;
-    return b;
-  }
+  // Bytes held by this sequence (serving format for the state backends).
+  int64_t bytes() const;
 
  private:
+  struct Legacy;
   const DeepseekConfig* config_;
+  std::unique_ptr<SequenceCache> owned_;
+  CacheManager* cm_ = nullptr;
+  int64_t seq_ = 0;
+  int64_t max_tokens_ = 0;
+  bool in_call_ = false;
+  std::unique_ptr<Legacy> legacy_;
   int64_t length_ = 0;
-  std::vector<V41LayerState> layers_;
-  std::vector<int64_t> engram_history_;
   int published_index_owner_ = -1;
 };
 

@@ -46,6 +46,7 @@ void Scheduler::add(SeqId seq, std::vector<int32_t> prompt, int32_t priority) {
   r.priority = priority;
   r.arrival = next_arrival_++;
   r.tokens = std::move(prompt);
+  r.prompt_len = static_cast<int64_t>(r.tokens.size());
   insert_waiting(&r);
 }
 
@@ -210,7 +211,7 @@ SchedulePlan Scheduler::plan() {
     STRATA_CHECK(r != nullptr && r->in_runner);
     plan.items.push_back(
         {s.seq, std::span<const int32_t>(r->tokens.data() + s.begin, s.num_tokens),
-         s.want_logits});
+         s.want_logits, r->prompt_len});
   }
   return plan;
 }

@@ -130,6 +130,7 @@ class Scheduler {
     int32_t priority = 0;
     int64_t arrival = 0;
     std::vector<int32_t> tokens;
+    int64_t prompt_len = 0;  // tokens[0, prompt_len) is the prompt; the rest were generated
     int64_t num_computed = 0;
     bool in_runner = false;
     bool admitted_once = false;

@@ -1,0 +1,176 @@
+// V41SequenceState; see v41_sequence_state.h.
+#include "exec/v41_sequence_state.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "base/check.h"
+#include "state/cache_manager.h"
+#include "state/sequence_cache.h"
+#include "state/state_graph.h"
+
+namespace strata {
+
+namespace {
+constexpr int32_t kBeforeStart = -2;  // state module's Engram "before start" marker
+}  // namespace
+
+// The pre-port f32 mirror (reference form), kept for A/B checks.
+struct V41SequenceState::Legacy {
+  struct Layer {
+    std::vector<float> window, compressed, index_keys, comp_kv, comp_score;
+  };
+  std::vector<Layer> layers;
+  std::vector<int64_t> engram_history;
+};
+
+V41SequenceState::V41SequenceState(const DeepseekConfig& c)
+    : config_(&c), legacy_(std::make_unique<Legacy>()) {
+  legacy_->layers.assign(c.n_layers, Legacy::Layer{});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerSchedule& ls = c.layers[l];
+    Legacy::Layer& s = legacy_->layers[l];
+    s.window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
+    if (ls.has_compressor && ls.ratio > 1) {
+      s.comp_kv.assign(static_cast<size_t>(ls.ratio) * c.head_dim, 0.0f);
+      s.comp_score.assign(static_cast<size_t>(ls.ratio) * c.head_dim,
+                          -std::numeric_limits<float>::infinity());
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<V41SequenceState>> V41SequenceState::create(const DeepseekConfig& c,
+                                                                     const StateGraph& graph,
+                                                                     int64_t max_tokens) {
+  STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens));
+  std::unique_ptr<V41SequenceState> s(new V41SequenceState(c, &sc->cache(), sc->seq(), 0));
+  s->owned_ = std::move(sc);
+  s->max_tokens_ = max_tokens;
+  return s;
+}
+
+V41SequenceState::V41SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq,
+                                   int64_t length)
+    : config_(&c), cm_(cm), seq_(seq), length_(length) {
+  STRATA_CHECK(cm != nullptr);
+}
+
+V41SequenceState::~V41SequenceState() {
+  if (owned_ && in_call_) owned_->end_step();
+}
+
+Status V41SequenceState::begin_call(std::span<const int32_t> tokens) {
+  STRATA_CHECK_MSG(!in_call_, "V41SequenceState::begin_call twice");
+  if (owned_) {
+    STRATA_RETURN_IF_ERROR(owned_->begin_step(std::vector<int32_t>(tokens.begin(), tokens.end())));
+  } else if (cm_) {
+    STRATA_CHECK_MSG(cm_->num_computed(seq_) >= length_ + static_cast<int64_t>(tokens.size()),
+                     "seq {}: rows for [{}, {}) not committed (computed {})", seq_, length_,
+                     length_ + static_cast<int64_t>(tokens.size()), cm_->num_computed(seq_));
+  }
+  in_call_ = true;
+  return ok_status();
+}
+
+void V41SequenceState::end_call(int64_t n_tokens) {
+  STRATA_CHECK_MSG(in_call_, "V41SequenceState::end_call without begin_call");
+  if (owned_) owned_->end_step();
+  in_call_ = false;
+  length_ += n_tokens;
+}
+
+void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const {
+  if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
+  const int64_t hd = config_->head_dim;
+  const float* r = &legacy_->layers[layer].window[(pos % config_->window_size) * hd];
+  std::copy_n(r, hd, out);
+}
+void V41SequenceState::write_window_row(int layer, int64_t pos, const float* x) {
+  if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
+  const int64_t hd = config_->head_dim;
+  std::copy_n(x, hd, &legacy_->layers[layer].window[(pos % config_->window_size) * hd]);
+}
+
+void V41SequenceState::read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const {
+  if (n <= 0) return;
+  if (cm_) return cm_->read_compressed_rows(seq_, owner, g0, n, out);
+  const int64_t hd = config_->head_dim;
+  const auto& v = legacy_->layers[owner].compressed;
+  STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * hd);
+  std::copy_n(&v[g0 * hd], n * hd, out);
+}
+void V41SequenceState::write_compressed_row(int owner, int64_t g, const float* x) {
+  if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
+  const int64_t hd = config_->head_dim;
+  auto& v = legacy_->layers[owner].compressed;
+  STRATA_CHECK(static_cast<int64_t>(v.size()) == g * hd);
+  v.insert(v.end(), x, x + hd);
+}
+
+void V41SequenceState::read_index_keys(int owner, int64_t g0, int64_t n, float* out) const {
+  if (n <= 0) return;
+  if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
+  const int64_t id = config_->index_head_dim;
+  const auto& v = legacy_->layers[owner].index_keys;
+  STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * id);
+  std::copy_n(&v[g0 * id], n * id, out);
+}
+void V41SequenceState::write_index_key(int owner, int64_t g, const float* x) {
+  if (cm_) return cm_->write_index_key(seq_, owner, g, x);
+  const int64_t id = config_->index_head_dim;
+  auto& v = legacy_->layers[owner].index_keys;
+  STRATA_CHECK(static_cast<int64_t>(v.size()) == g * id);
+  v.insert(v.end(), x, x + id);
+}
+
+void V41SequenceState::get_compressor_state(int layer, float* kv, float* score) const {
+  if (cm_) return cm_->get_compressor_state(seq_, layer, /*index=*/false, kv, score);
+  const auto& s = legacy_->layers[layer];
+  std::copy(s.comp_kv.begin(), s.comp_kv.end(), kv);
+  std::copy(s.comp_score.begin(), s.comp_score.end(), score);
+}
+void V41SequenceState::set_compressor_state(int layer, const float* kv, const float* score) {
+  if (cm_) return cm_->set_compressor_state(seq_, layer, /*index=*/false, kv, score);
+  auto& s = legacy_->layers[layer];
+  std::copy_n(kv, s.comp_kv.size(), s.comp_kv.begin());
+  std::copy_n(score, s.comp_score.size(), s.comp_score.begin());
+}
+
+std::vector<int64_t> V41SequenceState::engram_history() const {
+  if (!cm_) return legacy_->engram_history;
+  const int h = config_->engram_max_ngram_size - 1;
+  std::vector<int32_t> ids(std::max(h, 0));
+  std::vector<int64_t> out;
+  if (h <= 0) return out;
+  cm_->get_engram_history(seq_, ids.data());
+  for (int32_t v : ids)
+    if (v != kBeforeStart) out.push_back(v);
+  return out;
+}
+void V41SequenceState::set_engram_history(const std::vector<int64_t>& hist) {
+  if (!cm_) {
+    legacy_->engram_history = hist;
+    return;
+  }
+  const int h = config_->engram_max_ngram_size - 1;
+  if (h <= 0) return;
+  STRATA_CHECK(static_cast<int>(hist.size()) <= h);
+  std::vector<int32_t> ids(h, kBeforeStart);
+  std::copy(hist.begin(), hist.end(), ids.end() - static_cast<int64_t>(hist.size()));
+  cm_->set_engram_history(seq_, ids.data());
+}
+
+int64_t V41SequenceState::bytes() const {
+  if (cm_) {
+    const StateGraph& g = cm_->graph();
+    return g.bytes_per_request_fixed() +
+           static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
+  }
+  int64_t b = 0;
+  for (const auto& l : legacy_->layers)
+    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size() +
+                              l.comp_kv.size() + l.comp_score.size()) * 4;
+  return b;
+}
+
+}  // namespace strata
