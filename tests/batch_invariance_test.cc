@@ -30,6 +30,10 @@ int32_t argmax(const float* row, int32_t n) {
   return b;
 }
 
+// A's prompt length: its first kPromptLen tokens are the prompt, the rest were generated.
+// Every item carries its sequence's prompt length, as the scheduler's do (StepItem::prompt_len).
+constexpr int64_t kPromptLen = 20;
+
 // Feeds sequence A (`a_tokens`) in `a_chunks`, each step together with the `others`
 // items for that step index; returns A's logits rows at the end of every chunk.
 struct Other {
@@ -52,16 +56,17 @@ std::vector<std::vector<float>> run_a(ModelRunner& r, SeqId a, const std::vector
     // A is placed in the middle of the batch when there are others.
     size_t half = others.size() / 2;
     for (size_t i = 0; i < others.size(); ++i) {
-      if (i == half) items.push_back({a, std::span<const int32_t>(a_tokens.data() + pos, c), true});
+      if (i == half) items.push_back({a, std::span<const int32_t>(a_tokens.data() + pos, c), true, kPromptLen});
       Other& o = others[i];
       if (o.fed < o.toks.size()) {
         const size_t n = std::min<size_t>(o.chunk, o.toks.size() - o.fed);
-        items.push_back({o.seq, std::span<const int32_t>(o.toks.data() + o.fed, n), true});
+        items.push_back({o.seq, std::span<const int32_t>(o.toks.data() + o.fed, n), true,
+                         static_cast<int64_t>(o.toks.size())});
         o.fed += n;
       }
     }
     if (others.empty() || half >= others.size()) {
-      items.push_back({a, std::span<const int32_t>(a_tokens.data() + pos, c), true});
+      items.push_back({a, std::span<const int32_t>(a_tokens.data() + pos, c), true, kPromptLen});
     }
     std::vector<float> logits;
     Status st = r.step(items, &logits);
@@ -94,16 +99,16 @@ void check_model(const std::string& name) {
   const int32_t vocab = r.info().vocab_size;
 
   // Solo reference: A's prompt in one step, then greedy decode one token at a time.
-  std::vector<int32_t> a = tokens(20, 1, vocab);
-  std::vector<int64_t> solo_chunks = {20};
+  std::vector<int32_t> a = tokens(kPromptLen, 1, vocab);
+  std::vector<int64_t> solo_chunks = {kPromptLen};
   {
     ASSERT_TRUE(r.add_sequence(SeqId{100}).ok());
     std::vector<float> logits;
-    StepItem item{SeqId{100}, a, true};
+    StepItem item{SeqId{100}, a, true, kPromptLen};
     ASSERT_TRUE(r.step({&item, 1}, &logits).ok());
     for (int k = 0; k < 5; ++k) {
       a.push_back(argmax(logits.data(), vocab));
-      StepItem d{SeqId{100}, std::span<const int32_t>(&a.back(), 1), true};
+      StepItem d{SeqId{100}, std::span<const int32_t>(&a.back(), 1), true, kPromptLen};
       ASSERT_TRUE(r.step({&d, 1}, &logits).ok());
       solo_chunks.push_back(1);
     }

@@ -94,6 +94,27 @@ TEST(V41State, NewSequenceUsesStateModule) {
   EXPECT_FALSE(model().new_legacy_sequence()->uses_state_graph());
 }
 
+// Past the sequence's state capacity (V41LoadOptions::state_max_tokens) a call is refused
+// before anything is computed or stored.
+TEST(V41State, CapacityExceededIsResourceExhausted) {
+  V41LoadOptions o;
+  o.state_max_tokens = 8;
+  auto m = DeepseekV41Model::load(model_dir(), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->state_max_tokens(), 8);
+  auto s = (*m)->new_sequence();
+  std::vector<float> lg;
+  const std::vector<int32_t> prompt = make_prompt(9, 5);
+  Status st = (*m)->forward(s.get(), prompt, V41ForwardOptions{}, &lg);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_EQ(s->length(), 0);
+  ASSERT_TRUE((*m)->forward(s.get(), std::span<const int32_t>(prompt.data(), 8),
+                            V41ForwardOptions{}, &lg).ok());
+  st = (*m)->forward(s.get(), std::span<const int32_t>(prompt.data() + 8, 1), V41ForwardOptions{}, &lg);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_EQ(s->length(), 8);
+}
+
 // Serving-format state vs the f32 mirror it replaced, on golden cases (whole prompt, then
 // the cases' teacher-forced decode steps): every logits row and every route (MoE ids, indexer
 // selections) identical, so the golden pass/fail set cannot change. case03 / case09 are the

@@ -1,7 +1,15 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define STRATA_CPU_RELAX() _mm_pause()
+#else
+#define STRATA_CPU_RELAX() ((void)0)
+#endif
 
 namespace strata {
 namespace {
@@ -9,6 +17,21 @@ thread_local bool t_in_pool = false;
 int g_default_threads = 0;
 std::unique_ptr<ThreadPool> g_default_pool;
 std::mutex g_default_mu;
+
+// How long a waiting thread spins before it sleeps on a condition variable. Decode steps
+// dispatch dozens of small parallel_for calls per token; a short spin avoids a futex sleep
+// and wake-up for each of them, while still yielding the core quickly on a loaded machine.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+template <typename Pred>
+bool spin_until(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    STRATA_CPU_RELAX();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -30,21 +53,23 @@ void ThreadPool::worker_loop(int index) {
   t_in_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    std::pair<int64_t, int64_t> r;
-    const std::function<void(int64_t, int64_t)>* fn;
-    {
+    // Fast path: spin briefly for the next generation, then sleep.
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      cv_work_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
-      seen = generation_;
-      if (index >= static_cast<int>(ranges_.size())) continue;
-      r = ranges_[index];
-      fn = fn_;
     }
-    if (r.first < r.second) (*fn)(r.first, r.second);
-    {
+    seen = generation_.load(std::memory_order_acquire);
+    // ranges_ and fn_ were published before the release store of generation_.
+    // Every worker acknowledges every generation (idle ones too), so the caller never
+    // rewrites ranges_ while a worker may still read it.
+    if (index < static_cast<int>(ranges_.size())) {
+      const auto r = ranges_[index];
+      if (r.first < r.second) (*fn_)(r.first, r.second);
+    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -70,16 +95,17 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard<std::mutex> lk(mu_);
     ranges_ = std::move(ranges);
     fn_ = &fn;
-    pending_ = static_cast<int>(parts) - 1;
-    ++generation_;
+    pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_work_.notify_all();
   t_in_pool = true;
   fn(ranges_[0].first, ranges_[0].second);
   t_in_pool = false;
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
-  fn_ = nullptr;
+  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
 }
 
 ThreadPool& ThreadPool::default_pool() {

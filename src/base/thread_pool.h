@@ -5,11 +5,15 @@
 // columns (M, N), never over the reduction dimension K, so results do not depend on the
 // number of threads (see DESIGN.md "Deterministic numerics").
 //
+// Waiting threads spin for ~30 us before sleeping on a condition variable, so the many
+// small dispatches of a decode step do not each pay a futex sleep/wake.
+//
 // Thread safety: parallel_for may be called from one thread at a time per pool (calls from
 // several threads are serialized by an internal mutex). Nested calls from inside fn run
 // inline on the calling worker.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -47,10 +51,12 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_work_;
   std::condition_variable cv_done_;
+  // Published under mu_ before generation_ is bumped (release); read by workers after they
+  // observe the new generation (acquire).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};  // workers that have not yet finished the current generation
   bool stop_ = false;
 };
 

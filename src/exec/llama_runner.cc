@@ -61,10 +61,10 @@ void LlamaRunner::release_sequence(SeqId seq) { kv_.release(seq.value); }
 int64_t LlamaRunner::sequence_length(SeqId seq) const { return kv_.length(seq.value); }
 int64_t LlamaRunner::token_capacity_left(SeqId seq) const { return kv_.capacity_left(seq.value); }
 std::vector<CacheUsage> LlamaRunner::cache_usage() const {
-  std::vector<CacheUsage> out;
-  for (const LlamaKvUsage& u : kv_.usage())
-    out.push_back(CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes});
-  return out;
+  // Only what requests hold ("kv"); blocks kept just by the prefix cache are reclaimable and
+  // reported by kv_state().usage() ("kv_prefix_cache").
+  const LlamaKvUsage u = kv_.usage().at(0);
+  return {CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes}};
 }
 int64_t LlamaRunner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
   return kv_.attach_prefix(seq.value, tokens);
