@@ -22,7 +22,8 @@ float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
 
 // mixes -> pre/post/comb for every token of h [S, hc*D] (Block.hc_mixes).
 void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
-              double norm_eps, double hc_eps, float* pre, float* post, float* comb) {
+              double norm_eps, double hc_eps, float* pre, float* post, float* comb,
+              int64_t vbase, int64_t vS) {
   const int64_t nmix = (2 + hc) * hc;
   std::vector<float> raw(S * nmix);
   v41::linear_f32(h, S, w.fn, nmix, hcD, raw.data());
@@ -36,7 +37,7 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
     float* mix = &raw[i * nmix];
     for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
     v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
-                           pre + i * hc, post + i * hc, comb + i * hc * hc);
+                           pre + i * hc, post + i * hc, comb + i * hc * hc, vbase + i, vS);
   }
 }
 
@@ -182,7 +183,8 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
       dot = dot * dscale;
       const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
       const float sg = std::copysign(mag, dot);
-      const float gate = 1.0f / (1.0f + v41::sleef_expf(0.0f - sg));
+      const float gate =
+          1.0f / (1.0f + v41::torch_exp_at(0.0f - sg, (c.vbase + i) * hc + ch, c.vS * hc));
       for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
     }
   }
@@ -230,9 +232,9 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
       if (config_.score_func == "softmax") {
         s = l;  // normalised below
       } else if (config_.score_func == "sigmoid") {
-        s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
+        s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, (c.vbase + i) * E + e, c.vS * E));
       } else {
-        s = std::sqrt(l > 20.0f ? l : std::log1p(v41::sleef_expf(l)));
+        s = std::sqrt(v41::torch_softplus_at(l, (c.vbase + i) * E + e, c.vS * E));
       }
       sc[e] = s;
     }
@@ -301,6 +303,8 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   c.decode_step = opt.decode_step && S == 1;
   c.width_end = c.s0 + S;
   if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
+  c.vbase = c.decode_step ? 0 : c.s0;
+  c.vS = c.decode_step ? 1 : c.width_end;
   c.topk.resize(cf.n_layers);
   c.candidates.resize(cf.n_layers);
   if (c.routes) {
@@ -347,7 +351,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
     hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preA.data(), postA.data(), combA.data());
+             preA.data(), postA.data(), combA.data(), c.vbase, c.vS);
     hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
     attention(L, xn.data(), c, f.data());
@@ -355,7 +359,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
     // FFN sublayer: collapsed with the attention's pre.
     hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preF.data(), postF.data(), combF.data());
+             preF.data(), postF.data(), combF.data(), c.vbase, c.vS);
     hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
     moe(L, xn.data(), c, f.data());

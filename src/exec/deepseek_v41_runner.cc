@@ -1,12 +1,19 @@
 // DeepseekV41Runner and DeepseekV41GoldenTarget; see deepseek_v41_runner.h.
 #include "exec/deepseek_v41_runner.h"
 
+#include "base/check.h"
+#include "exec/v41_sequence_state.h"
+
+#include <algorithm>
 #include <filesystem>
 
 namespace strata {
 
 StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
-    const std::string& dir, const V41LoadOptions& options, std::string name) {
+    const std::string& dir, const V41LoadOptions& options, std::string name,
+    V41RunnerCacheOptions cache) {
+  if (options.legacy_state)
+    return invalid_argument("DeepseekV41Runner keeps state in the state module (no legacy_state)");
   std::unique_ptr<DeepseekV41Runner> r(new DeepseekV41Runner());
   STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV41Model::load(dir, options));
   const DeepseekConfig& c = r->model_->config();
@@ -18,57 +25,140 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   r->info_.max_context = r->model_->max_context();
   r->info_.bos_id = static_cast<int32_t>(c.bos_token_id);
   r->info_.eos_id = static_cast<int32_t>(c.eos_token_id);
+  r->cache_opts_ = cache;
+  r->cm_ = std::make_unique<V41SharedCache>(r->model_->state_graph(), cache,
+                                            r->model_->state_max_tokens());
   return r;
+}
+
+DeepseekV41Runner::~DeepseekV41Runner() {
+  for (auto& [id, s] : seqs_) s.state.reset();
 }
 
 Status DeepseekV41Runner::add_sequence(SeqId seq) {
   if (seqs_.count(seq)) return invalid_argument("sequence {} already exists", seq.value);
-  seqs_[seq] = model_->new_sequence();
+  if (static_cast<int>(seqs_.size()) >= cm_->max_seqs())
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("V4.1 runner holds {} sequences (max_seqs)", seqs_.size()));
+  seqs_[seq] = Seq{};
   return ok_status();
 }
 
-void DeepseekV41Runner::release_sequence(SeqId seq) { seqs_.erase(seq); }
+void DeepseekV41Runner::release_sequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const bool started = it->second.state != nullptr;
+  seqs_.erase(it);
+  if (started) cm_->release(seq.value);
+}
+
+void DeepseekV41Runner::start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit) {
+  STRATA_CHECK(!s.state);
+  const int64_t len = cm_->start(seq.value, prompt, allow_hit);
+  s.state = std::make_unique<V41SequenceState>(model_->config(), cm_->manager(), seq.value, len);
+  s.pending.assign(prompt.begin() + len, prompt.end());
+}
+
+int64_t DeepseekV41Runner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  auto it = seqs_.find(seq);
+  STRATA_CHECK_MSG(it != seqs_.end(), "attach_cached_prefix: unknown sequence {}", seq.value);
+  Seq& s = it->second;
+  if (s.state || tokens.empty()) return length(s);
+  start(seq, s, tokens, /*allow_hit=*/cm_->prefix_cache());
+  return length(s);
+}
+
+int64_t DeepseekV41Runner::prefix_alignment() const {
+  return cm_->prefix_cache() ? cm_->unit() : 0;
+}
 
 int64_t DeepseekV41Runner::sequence_length(SeqId seq) const {
   auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : it->second->length();
+  return it == seqs_.end() ? 0 : length(it->second);
 }
 
 int64_t DeepseekV41Runner::token_capacity_left(SeqId seq) const {
   auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return model_->state_max_tokens();
-  return (it->second->uses_state_graph() ? model_->state_max_tokens() : model_->max_context()) -
-         it->second->length();
+  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
+  if (it == seqs_.end()) return cap;
+  return std::max<int64_t>(0, cap - length(it->second));
 }
 
 Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<float>* logits) {
-  for (const StepItem& it : items)
-    if (!seqs_.count(it.seq)) return invalid_argument("unknown sequence {}", it.seq.value);
+  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    auto f = seqs_.find(it.seq);
+    if (f == seqs_.end()) return invalid_argument("unknown sequence {}", it.seq.value);
+    if (it.tokens.empty()) return invalid_argument("sequence {} has no tokens", it.seq.value);
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].seq == it.seq) return invalid_argument("sequence {} appears twice", it.seq.value);
+    const int64_t end = length(f->second) + static_cast<int64_t>(it.tokens.size());
+    if (end > cap)
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("sequence {} would hold {} positions; capacity {}", it.seq.value,
+                                end, cap));
+    // Ids given at admission (attach_cached_prefix) must agree with what is fed now.
+    const Seq& s = f->second;
+    const size_t m = std::min(s.pending.size(), it.tokens.size());
+    if (!std::equal(s.pending.begin(), s.pending.begin() + m, it.tokens.begin()))
+      return invalid_argument("sequence {}: tokens differ from the ones given at admission",
+                              it.seq.value);
+  }
   logits->clear();
   std::vector<float> row;
   for (const StepItem& it : items) {
-    V41ForwardOptions opt;
-    const int64_t pos = seqs_[it.seq]->length();
-    if (it.prompt_len > 0) {
-      // Known prompt length (the scheduler passes it): positions past the prompt are
-      // generation steps (reference decode semantics); prompt chunks are computed as rows
-      // of one whole-prompt call, so chunked prefill is bit-identical to unchunked.
-      opt.decode_step = pos >= it.prompt_len;
-      if (!opt.decode_step) opt.prompt_len = it.prompt_len;
-    } else {
-      // Unknown: a one-token step after the first token is taken as a generation step.
-      opt.decode_step = it.tokens.size() == 1 && pos > 0;
+    Seq& s = seqs_.at(it.seq);
+    if (!s.state) start(it.seq, s, {}, /*allow_hit=*/false);
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    const int64_t have = static_cast<int64_t>(s.pending.size());
+    if (have < n) {
+      const std::span<const int32_t> extra = it.tokens.subspan(static_cast<size_t>(have));
+      cm_->append(it.seq.value, extra);
+      s.pending.insert(s.pending.end(), extra.begin(), extra.end());
     }
-    STRATA_RETURN_IF_ERROR(model_->forward(seqs_[it.seq].get(), it.tokens, opt, &row));
+    const int64_t pos0 = s.state->length();
+    int64_t done = 0;
+    while (done < n) {
+      int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
+      if (c <= 0 || c > n - done) c = n - done;
+      const int64_t pos = pos0 + done;
+      V41ForwardOptions opt;
+      if (it.prompt_len > 0) {
+        // Known prompt length (the scheduler passes it): positions past the prompt are
+        // generation steps (reference decode semantics); prompt chunks are computed as rows
+        // of one whole-prompt call, so chunked prefill is bit-identical to unchunked.
+        opt.decode_step = pos >= it.prompt_len;
+        if (!opt.decode_step) opt.prompt_len = it.prompt_len;
+      } else {
+        // Unknown: a one-token step after the first token is taken as a generation step.
+        opt.decode_step = n == 1 && pos > 0;
+        // A split item is laid out as the one call would be (its own end).
+        if (!opt.decode_step && c < n) opt.prompt_len = pos0 + n;
+      }
+      int64_t start_pos = 0;
+      STRATA_RETURN_IF_ERROR(cm_->begin(it.seq.value, c, &start_pos));
+      STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}", it.seq.value,
+                       start_pos, pos);
+      Status st = model_->forward(s.state.get(), it.tokens.subspan(done, c), opt, &row);
+      cm_->finish();
+      STRATA_RETURN_IF_ERROR(st);
+      s.pending.erase(s.pending.begin(), s.pending.begin() + c);
+      done += c;
+    }
     if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
   }
   return ok_status();
 }
 
 std::vector<CacheUsage> DeepseekV41Runner::cache_usage() const {
-  int64_t used = 0;
-  for (const auto& [id, s] : seqs_) used += s->bytes();
-  return {CacheUsage{"v41_state", "host", used, 0}};
+  std::vector<int64_t> lengths;
+  for (const auto& [id, s] : seqs_)
+    if (s.state) lengths.push_back(s.state->length());
+  std::vector<CacheUsage> out;
+  for (const V41KindUsage& u : cm_->usage(lengths))
+    out.push_back(CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes});
+  return out;
 }
 
 StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int32_t> tokens,

@@ -1,14 +1,28 @@
 // DeepseekV41Runner: ModelRunner (exec/model_runner.h) over DeepseekV41Model, plus the
 // GoldenTarget adapter `strata validate golden` uses (exec/golden_validator.h).
 //
-// Each sequence owns one V41SequenceState: its window rings, compressed KV, index keys,
-// compressor partial state and Engram history live in the state module (an owned
-// SequenceCache over the model's StateGraph, serving format; see v41_sequence_state.h). step() runs every item's tokens as one chunk
-// at the sequence's current length (prefill, a later prefill chunk, or decode); items are
-// independent, so a sequence's logits do not depend on its batch neighbours.
-// Errors: add_sequence on a live id -> InvalidArgument; step on an unknown id ->
-// InvalidArgument; forward errors are returned with no state advanced for that item (items
-// before it have advanced; the scheduler treats a failed step as fatal for the batch).
+// All sequences share ONE CacheManager (state/cache_manager.h) over the model's StateGraph,
+// with the prefix cache on: window rings, compressed KV, index keys, compressor partial state
+// and Engram history live there in the serving format; each sequence is a V41SequenceState
+// on the external-manager backend (v41_sequence_state.h), and the runner drives
+// add_sequence / plan_step / commit / finish_step / release.
+// step() runs every item's tokens at the sequence's current length (prefill, a later prefill
+// chunk, or decode); items are independent, so a sequence's logits do not depend on its batch
+// neighbours. An item whose tokens step over the sequence's last cacheable boundary
+// floor((len-1)/unit)*unit is split there (CacheManager::suggest_chunk, field bug 1) so the
+// boundary snapshot is published; the split chunks are laid out as the one call would be
+// (prompt_len), so splitting does not change any logits.
+// Prefix cache: attach_cached_prefix(seq, tokens) restores the longest cached prefix (whole
+// units of prefix_alignment() tokens, < tokens.size()) by sharing compressed-KV / index-key
+// blocks and copying the boundary snapshot (rings, compressor tails, Engram history); a hit
+// then the rest of the prompt is bit-identical to a cold prefill (tests/v41_runner_prefix_test).
+// cache_usage(): one entry per state kind (bytes held by running sequences, from the graph's
+// per-kind formulas; capacity = that kind's pool bytes), plus "v41_prefix_cache" (pool bytes
+// held only by cache entries). release_sequence frees every kind.
+// Errors: add_sequence on a live id -> InvalidArgument, past max_seqs -> ResourceExhausted;
+// step on an unknown id -> InvalidArgument; state pool short -> ResourceExhausted; forward
+// errors are returned with no state advanced for that item (items before it have advanced;
+// the scheduler treats a failed step as fatal for the batch).
 // Thread safety: not thread-safe (one engine thread drives a runner).
 #pragma once
 
@@ -19,14 +33,18 @@
 #include "exec/deepseek_v41_model.h"
 #include "exec/golden_validator.h"
 #include "exec/model_runner.h"
+#include "exec/v41_shared_cache.h"
 
 namespace strata {
+
 
 class DeepseekV41Runner : public ModelRunner {
  public:
   static StatusOr<std::unique_ptr<DeepseekV41Runner>> create(const std::string& dir,
                                                              const V41LoadOptions& options,
-                                                             std::string name = "");
+                                                             std::string name = "",
+                                                             V41RunnerCacheOptions cache = {});
+  ~DeepseekV41Runner() override;
 
   const ModelInfo& info() const override { return info_; }
   Status add_sequence(SeqId seq) override;
@@ -35,14 +53,27 @@ class DeepseekV41Runner : public ModelRunner {
   int64_t token_capacity_left(SeqId seq) const override;
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
+  int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  int64_t prefix_alignment() const override;
 
   const DeepseekV41Model& model() const { return *model_; }
+  // The shared manager (tests: check_invariants, clear_prefix_cache, free blocks).
+  V41SharedCache& shared_cache() { return *cm_; }
 
  private:
+  struct Seq {
+    std::unique_ptr<V41SequenceState> state;  // null until started in the manager
+    std::vector<int32_t> pending;             // ids the manager knows beyond length
+  };
   DeepseekV41Runner() = default;
+  void start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit);
+  int64_t length(const Seq& s) const { return s.state ? s.state->length() : 0; }
+
   std::unique_ptr<DeepseekV41Model> model_;
   ModelInfo info_;
-  std::map<SeqId, std::unique_ptr<V41SequenceState>> seqs_;
+  V41RunnerCacheOptions cache_opts_;
+  std::unique_ptr<V41SharedCache> cm_;
+  std::map<SeqId, Seq> seqs_;
 };
 
 // GoldenTarget over one V4.1 sequence: reset() starts a fresh sequence; forward() returns the

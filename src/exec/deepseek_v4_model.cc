@@ -18,7 +18,9 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::string& dir,
-                                                                 int64_t max_context) {
+                                                                 int64_t max_context,
+                                                                 bool legacy_state,
+                                                                 int64_t state_max_tokens) {
   std::unique_ptr<DeepseekV4Model> m(new DeepseekV4Model());
   STRATA_ASSIGN_OR_RETURN(m->config_, load_deepseek_config(dir));
   const DeepseekConfig& c = m->config_;
@@ -40,7 +42,20 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   }
   m->max_context_ = max_context > 0 ? max_context : c.max_position_embeddings;
   if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
+  STRATA_ASSIGN_OR_RETURN(StateGraph g, StateGraph::from_deepseek(c));
+  m->state_graph_.emplace(std::move(g));
+  m->state_max_tokens_ = state_max_tokens > 0 ? state_max_tokens
+                                              : std::min<int64_t>(m->max_context_, 32768);
+  m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
+  m->legacy_state_ = legacy_state;
   return m;
+}
+
+std::unique_ptr<V4SequenceState> DeepseekV4Model::new_sequence() const {
+  if (legacy_state_) return new_legacy_sequence();
+  auto s = V4SequenceState::create(config_, *state_graph_, state_max_tokens_);
+  STRATA_CHECK_MSG(s.ok(), "V4 sequence state: {}", s.status().to_string());
+  return std::move(s).value();
 }
 
 void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t M,
@@ -150,6 +165,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   if (seq->length() + S > max_context_)
     return out_of_range("sequence of {} tokens exceeds the context of {}", seq->length() + S, max_context_);
 
+  STRATA_RETURN_IF_ERROR(seq->begin_call(tokens));
   Call c;
   c.seq = seq;
   c.s0 = seq->length();
@@ -220,7 +236,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     logits->resize(V);
     v4::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
   }
-  seq->set_length(c.s0 + S);
+  seq->end_call(S);
   return ok_status();
 }
 

@@ -16,16 +16,22 @@
 // compressed rows g < (p+1)/ratio. The reference itself supports only whole prefill at 0
 // and one-token decode; chunks use its decode list layout per query.
 //
+// State: every read/write of per-sequence state goes through V4SequenceState, by default an
+// adapter over the state module (StateGraph::from_deepseek owners, serving-format rows; see
+// v4_sequence_state.h); the pre-port f32 mirror stays behind load(..., legacy_state = true)
+// or new_legacy_sequence() for A/B checks.
 // Routes: per call, MoE expert ids per backbone layer per token (gate order) and, per CSA
 // layer (in layer order), the compressed positions the indexer kept per token.
 // MTP: the MTP block is loaded but not run (speculative decoding is later work).
-// Errors: load() returns config / checkpoint errors; forward() InvalidArgument for token ids
-// out of range, OutOfRange past max context.
+// Errors: load() returns config / checkpoint / state-graph errors; forward() InvalidArgument
+// for token ids out of range, OutOfRange past max context, ResourceExhausted past the state
+// capacity (state_max_tokens()).
 // Thread safety: immutable after load; one call at a time per sequence.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +43,7 @@
 #include "model/deepseek_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/safetensors.h"
+#include "state/state_graph.h"
 
 namespace strata {
 
@@ -55,8 +62,11 @@ struct V4ForwardOptions {
 
 class DeepseekV4Model {
  public:
+  // state_max_tokens: positions one new_sequence() can hold (0 = min(max_context, 32768)).
   static StatusOr<std::unique_ptr<DeepseekV4Model>> load(const std::string& dir,
-                                                         int64_t max_context = 0);
+                                                         int64_t max_context = 0,
+                                                         bool legacy_state = false,
+                                                         int64_t state_max_tokens = 0);
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV4Weights& weights() const { return *weights_; }
@@ -64,7 +74,13 @@ class DeepseekV4Model {
   // Layer ids of the CSA layers (the index route slots), ascending.
   const std::vector<int>& index_layers() const { return index_layers_; }
 
-  std::unique_ptr<V4SequenceState> new_sequence() const {
+  // The state graph (one owner per layer and kind) sequences are stored through.
+  const StateGraph& state_graph() const { return *state_graph_; }
+  int64_t state_max_tokens() const { return state_max_tokens_; }
+  // A fresh sequence over the state module (or the legacy f32 mirror when loaded with
+  // legacy_state).
+  std::unique_ptr<V4SequenceState> new_sequence() const;
+  std::unique_ptr<V4SequenceState> new_legacy_sequence() const {
     return std::make_unique<V4SequenceState>(config_);
   }
 
@@ -93,6 +109,9 @@ class DeepseekV4Model {
   std::vector<v41::RopeTable> rope_;  // per backbone layer
   std::vector<int> index_layers_;
   int64_t max_context_ = 0;
+  std::optional<StateGraph> state_graph_;
+  int64_t state_max_tokens_ = 0;
+  bool legacy_state_ = false;
 };
 
 }  // namespace strata

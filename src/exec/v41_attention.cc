@@ -303,7 +303,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     for (int64_t h = 0; h < H; ++h) {
       float* oh = &o[(i * H + h) * hd];
       v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()), hd,
-                            sink[h], scale, oh);
+                            sink[h], scale, oh, (c.vbase + i) * H + h, c.vS * H);
       rope.apply(oh + hd - rd, p, true);
     }
   }

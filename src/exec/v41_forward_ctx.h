@@ -23,6 +23,10 @@ struct DeepseekV41Model::Ctx {
   V41Routes* routes = nullptr;
   bool decode_step = false;
   int64_t width_end = 0;  // end position that sets list widths (see V41ForwardOptions)
+  // Token i of this call is token vbase + i of a reference call of vS tokens (whole prompt
+  // at 0, or one decode token): torch's elementwise loops compute the last (n mod 16)
+  // elements of an n-element fp32 tensor with libm instead of SLEEF (v41::torch_exp_at).
+  int64_t vbase = 0, vS = 0;
 
   struct TopK {
     int64_t width = 0;                        // list width k = min(index_topk, compress_len)

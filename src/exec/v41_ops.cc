@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "kernels/matmul.h"
+#include "exec/v4_ops.h"
 #include "model/dtype.h"
 
 namespace strata::v41 {
@@ -383,7 +384,7 @@ void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
 }
 
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
-                      float sink, float scale, float* out) {
+                      float sink, float scale, float* out, int64_t qh, int64_t SH) {
   // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,
   // sequential FMA over d), running max, exp via torch.exp (SLEEF), fp32 denominator summed
   // with torch's reduction order over the block (zeros of invalid entries included), bf16
@@ -410,8 +411,9 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
       bmax = std::max(bmax, sc[t]);
     }
     const float m_new = std::max(m, bmax);
-    const float rescale = sleef_expf(m - m_new);
-    for (int64_t t = 0; t < nb; ++t) p[t] = sleef_expf(sc[t] - m_new);
+    const float rescale = torch_exp_at(m - m_new, qh, SH);
+    for (int64_t t = 0; t < nb; ++t)
+      p[t] = std::isinf(sc[t]) ? 0.0f : torch_exp_at(sc[t] - m_new, qh * nb + t, SH * nb);
     sum_exp = sum_exp * rescale + torch_sum(p, nb);
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t t = 0; t < nb; ++t) {
@@ -423,7 +425,7 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
     for (int64_t i = 0; i < d; ++i) acc_o[i] = acc_o[i] * rescale + acc[i];
     m = m_new;
   }
-  sum_exp = sum_exp + sleef_expf(sink - m);
+  sum_exp = sum_exp + torch_exp_at(sink - m, qh, SH);
   for (int64_t i = 0; i < d; ++i) out[i] = round_to_bf16(acc_o[i] / sum_exp);
 }
 
@@ -547,13 +549,27 @@ float sleef_powf(float x, float y) {
   return sleef_expkf(df_mul_f2f(sleef_logkf(x), y));
 }
 
+float torch_exp_at(float x, int64_t e, int64_t n) {
+  return torch_scalar_tail(e, n) ? std::exp(x) : sleef_expf(x);
+}
+
+float torch_softplus_at(float x, int64_t e, int64_t n) {
+  if (x > 20.0f) return x;
+  if (torch_scalar_tail(e, n)) return std::log1p(std::exp(x));
+  return v4::sleef_log1pf(sleef_expf(x));
+}
+
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc,
-                       int iters, float eps, float* pre, float* post, float* comb) {
+                       int iters, float eps, float* pre, float* post, float* comb,
+                       int64_t tok, int64_t ntok) {
   auto ex = [](float x) { return sleef_expf(x); };
-  auto sigmoid = [&](float x) { return 1.0f / (1.0f + ex(0.0f - x)); };
+  // Sigmoid over the [ntok, hc] pre / post tensors (scalar tail: libm exp).
+  auto sigmoid = [&](float x, int64_t e) {
+    return 1.0f / (1.0f + torch_exp_at(0.0f - x, e, ntok * hc));
+  };
   for (int c = 0; c < hc; ++c) {
-    pre[c] = sigmoid(mixes[c] * scale[0] + base[c]) + eps;
-    post[c] = 2.0f * sigmoid(mixes[hc + c] * scale[1] + base[hc + c]);
+    pre[c] = sigmoid(mixes[c] * scale[0] + base[c], tok * hc + c) + eps;
+    post[c] = 2.0f * sigmoid(mixes[hc + c] * scale[1] + base[hc + c], tok * hc + c);
   }
   for (int i = 0; i < hc * hc; ++i) comb[i] = mixes[2 * hc + i] * scale[2] + base[2 * hc + i];
   auto row_norm = [&](bool softmax) {

@@ -90,8 +90,10 @@ class RopeTable {
 // One sparse-attention query (one head): K = V rows `kv[idx[t]]` (nullptr entries are
 // invalid, the kernel's -1), online softmax over blocks of 64 list entries with bf16
 // probabilities in the PV product, fp32 denominator, attention sink. out[d] rounded to bf16.
+// `qh` = reference query * n_heads + head and `SH` = reference queries * n_heads locate the
+// exps in torch's tensors (scalar tail, see torch_exp_at); SH = 0: SLEEF everywhere.
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
-                      float sink, float scale, float* out);
+                      float sink, float scale, float* out, int64_t qh = 0, int64_t SH = 0);
 
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);
@@ -101,7 +103,23 @@ float sleef_powf(float x, float y);
 
 // mHC: pre [hc], post [hc], comb [hc*hc] (row i = source stream, column j = destination)
 // from the mixes row [(2+hc)*hc] (hc_split_sinkhorn).
+// `tok` / `ntok`: this token's index in the reference call and that call's token count (the
+// pre/post sigmoids run over [ntok, hc] tensors; see torch_exp_at). ntok = 0: SLEEF only.
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc,
-                       int iters, float eps, float* pre, float* post, float* comb);
+                       int iters, float eps, float* pre, float* post, float* comb,
+                       int64_t tok = 0, int64_t ntok = 0);
+
+// torch's elementwise CPU loops (cpu_kernel_vec -> vectorized_loop) run 2*Vec::size() = 16
+// fp32 elements per step with the vectorized op and the last (n mod 16) elements of a
+// contiguous n-element tensor with the scalar op. For exp / sigmoid / softplus the vector op
+// is SLEEF (expf_u10, log1pf_u10) and the scalar op libm (expf, log1pf). So a decode step
+// (1-token call: [1, hc] mHC mixes, [1, E] gate, [1, H] attention rescale / sink) computes
+// these with libm, and the last rows of an odd-sized prompt call too. True when element e of
+// an n-element tensor is in the scalar tail (n = 0: unknown, treated as vectorized).
+inline bool torch_scalar_tail(int64_t e, int64_t n) { return n > 0 && e >= (n / 16) * 16; }
+// torch.exp / the exp inside torch.sigmoid for element e of an n-element fp32 tensor.
+float torch_exp_at(float x, int64_t e, int64_t n);
+// F.softplus (beta 1, threshold 20) for element e of an n-element fp32 tensor.
+float torch_softplus_at(float x, int64_t e, int64_t n);
 
 }  // namespace strata::v41

@@ -90,7 +90,7 @@ void DeepseekV4Model::compress(const V4CompressorWeights& cw, V4CompressorState&
     } else {
       v41::qdq_fp8(normed.data(), w - rd, 64);
     }
-    STRATA_CHECK(st.n_rows() == g);
+    STRATA_CHECK(st.base + st.n_rows() == g);
     st.rows.insert(st.rows.end(), normed.begin(), normed.end());
   }
 }
@@ -113,8 +113,17 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
     }
     v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
   }
-  V4CompressorState& st = c.seq->index(L);
+  // Indexer compressor: partial state and emitted keys go through the sequence state; the
+  // scored keys are read back from it (serving format, == the QDQ'd values).
+  V4CompressorState st;
+  c.seq->load_compressor(L, /*index=*/true, &st);
+  st.base = s0 / m;
   compress(iw.compressor, st, true, L, x, s0, S);
+  for (int64_t k = 0; k < st.n_rows(); ++k) c.seq->write_index_key(L, st.base + k, &st.rows[k * id]);
+  c.seq->store_compressor(L, /*index=*/true, st);
+  const int64_t nkeys = st.base + st.n_rows();
+  std::vector<float> keys(nkeys * id);
+  c.seq->read_index_keys(L, 0, nkeys, keys.data());
   std::vector<float> wt(S * ih);
   v41::linear(x, S, iw.weights_proj, wt.data());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
@@ -125,7 +134,7 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   // vS tokens: vS/m rows; otherwise the rows existing after this call); rows a query cannot
   // see yet are masked with -inf (and are never read).
   const int64_t clen = c.vprefill ? c.vS / m : (s0 + S) / m;
-  STRATA_CHECK(st.n_rows() >= (s0 + S) / m);
+  STRATA_CHECK(nkeys >= (s0 + S) / m);
   const int64_t k = std::min<int64_t>(config_.index_topk, clen);
   lists->assign(S, {});
   std::vector<float> score(clen);
@@ -140,7 +149,7 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
         score[g] = kNegInf;
         continue;
       }
-      const float* kr = st.row(g);
+      const float* kr = &keys[g * id];
       float acc = 0.0f;
       for (int64_t h = 0; h < ih; ++h) {
         const float* qh = &q[(i * ih + h) * id];
@@ -187,14 +196,31 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   }
 
   // Compressed part.
+  // Compressor partial state and emitted rows go through the sequence state; attention reads
+  // the compressed rows back from it.
   std::vector<std::vector<int32_t>> csa_lists;
-  V4CompressorState* comp = nullptr;
-  if (ls.ratio > 0) {
+  std::vector<float> crows;
+  const bool comp = ls.ratio > 0;
+  if (comp) {
     if (ls.has_indexer) indexer(L, x, qr.data(), c, &csa_lists);
-    comp = &c.seq->comp(L);
-    compress(aw.compressor, *comp, false, L, x, s0, S);
-    STRATA_CHECK(comp->n_rows() >= (s0 + S) / ls.ratio);
+    V4CompressorState st;
+    c.seq->load_compressor(L, /*index=*/false, &st);
+    st.base = s0 / ls.ratio;
+    compress(aw.compressor, st, false, L, x, s0, S);
+    for (int64_t k = 0; k < st.n_rows(); ++k)
+      c.seq->write_compressed_row(L, st.base + k, &st.rows[k * hd]);
+    c.seq->store_compressor(L, /*index=*/false, st);
+    const int64_t ncomp = st.base + st.n_rows();
+    STRATA_CHECK(ncomp >= (s0 + S) / ls.ratio);
+    crows.resize(ncomp * hd);
+    c.seq->read_compressed_rows(L, 0, ncomp, crows.data());
   }
+  auto comp_row = [&](int64_t g) -> const float* { return &crows[g * hd]; };
+
+  // Window rows of earlier calls a query of this call can see: positions [wlo, s0).
+  const int64_t wlo = std::max<int64_t>(0, s0 - W + 1);
+  std::vector<float> wprev((s0 - wlo) * hd);
+  for (int64_t pos = wlo; pos < s0; ++pos) c.seq->read_window_row(L, pos, &wprev[(pos - wlo) * hd]);
 
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const float* sink = aw.attn_sink.f32();
@@ -204,7 +230,8 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     const int64_t p = s0 + i;
     rows.clear();
     auto window_ptr = [&](int64_t pos) -> const float* {
-      return pos >= s0 ? &kv[(pos - s0) * hd] : c.seq->window_row(L, pos);
+      STRATA_CHECK(pos >= wlo);
+      return pos >= s0 ? &kv[(pos - s0) * hd] : &wprev[(pos - wlo) * hd];
     };
     if (c.vprefill) {
       const int64_t width = std::min(c.vS, W);
@@ -222,10 +249,10 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     if (comp) {
       const int64_t vis = (p + 1) / ls.ratio;
       if (ls.has_indexer) {
-        for (int32_t g : csa_lists[i]) rows.push_back(g >= 0 ? comp->row(g) : nullptr);
+        for (int32_t g : csa_lists[i]) rows.push_back(g >= 0 ? comp_row(g) : nullptr);
       } else {
         const int64_t n = c.vprefill ? c.vS / ls.ratio : vis;
-        for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp->row(g) : nullptr);
+        for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp_row(g) : nullptr);
       }
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -237,7 +264,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   }
 
   for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
-    std::copy_n(&kv[i * hd], hd, c.seq->window_row(L, s0 + i));
+    c.seq->write_window_row(L, s0 + i, &kv[i * hd]);
 
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum over the bf16-dequantized
   // wo_a, as convert.py prepares it), then wo_b.

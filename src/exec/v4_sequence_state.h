@@ -1,91 +1,122 @@
-// V4SequenceState: all per-sequence inference state of one DeepSeek-V4 request, one owner per
-// layer (V4 shares nothing across layers; spec v41-architecture.md §3.2):
-//   window KV ring        every layer, [W, head_dim], slot p mod W; nope dims FP8-QDQ (block
-//                         64), RoPE tail bf16
-//   compressed KV         ratio > 0 layers, one row per `ratio` tokens (same QDQ as window)
-//   index keys            CSA layers, one row per 4 tokens, Hadamard-rotated, FP4-QDQ (E8M0/32)
-//   compressor partial    main (and CSA indexer) compressor: kv / score fp32
-//                         [coff*ratio, coff*width] (coff = 2 for the overlapping ratio-4
-//                         compressor: rows 0..m-1 previous group, m..2m-1 current group;
-//                         coff = 1 otherwise); fresh: kv 0, score -inf
-// Storage is the reference's form (f32 copies of QDQ'd bf16 values). This is an interim
-// mirror of the state module's per-sequence storage (src/state/), like V41SequenceState;
-// the forward touches state only through these accessors.
+// V4SequenceState: the per-sequence state handle of one DeepSeek-V4 request -- a thin adapter
+// over the state module (src/state/, docs/state.md): every read and write of inference state
+// by DeepseekV4Model goes through the CacheManager storage API of the sequence, in the
+// serving format, with owners from StateGraph::from_deepseek (V4: one owner per layer, no
+// sharing; spec v41-architecture.md §3.2):
+//   window KV ring      every layer, W rows of head_dim: (d-64) FP8 E4M3 + UE8M0 per 64, then
+//                       the 64-dim RoPE tail as BF16 (583 B/row for d = 512); slot p mod W
+//   compressed KV       ratio > 0 layers, one row per `ratio` tokens (same format as window)
+//   index keys          CSA layers, one row per `ratio` tokens, Hadamard-rotated (FP4 + UE8M0/32)
+//   compressor partial  main (and CSA indexer) compressor: kv / score f32
+//                       [coff*ratio, coff*width] (coff = 2 for the overlapping ratio-4
+//                       compressor: rows 0..m-1 previous group, m..2m-1 current group;
+//                       coff = 1 otherwise); fresh: kv 0, score -inf
+// Reads return the reference's QDQ values (decode(encode(x)) == qdq(x) bit-exactly) and the
+// forward writes rows it has already QDQ'd (idempotent), so results equal the f32 mirror.
+//
+// Backends:
+//   * owned SequenceCache (DeepseekV4Model::new_sequence): capacity `max_tokens` positions;
+//     begin_call/end_call plan, commit and finish one step.
+//   * external CacheManager + sequence id (a scheduler drives plan/commit/finish);
+//     begin_call/end_call only check and advance length.
+//   * legacy f32 mirror (the pre-port storage), kept behind a switch for A/B checks
+//     (DeepseekV4Model::new_legacy_sequence, or load(..., legacy_state = true)).
+// Errors: begin_call past the capacity -> ResourceExhausted. Misuse (reads of rows never
+// written) CHECKs here or in the cache manager.
 // Thread safety: owned by one sequence; not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "model/deepseek_config.h"
 
 namespace strata {
 
+class CacheManager;
+class SequenceCache;
+class StateGraph;
+
+// Working copy of one compressor's partial state during a forward call (loaded from and
+// stored back to the V4SequenceState). `rows` holds the rows emitted in this call; row k of
+// it is compressed row base + k.
 struct V4CompressorState {
   int ratio = 0;
   bool overlap = false;
   int64_t width = 0;          // d_c
+  int64_t base = 0;           // compressed rows that existed before this call
   std::vector<float> kv;      // [coff*ratio, coff*width]
   std::vector<float> score;   // same
   std::vector<float> rows;    // emitted rows [n, width]
   int64_t cols() const { return (overlap ? 2 : 1) * width; }
   int64_t n_rows() const { return width ? static_cast<int64_t>(rows.size()) / width : 0; }
-  const float* row(int64_t g) const { return &rows[static_cast<size_t>(g * width)]; }
   void init(int r, bool ov, int64_t w) {
     ratio = r;
     overlap = ov;
     width = w;
+    base = 0;
     const size_t n = static_cast<size_t>((ov ? 2 : 1) * r) * static_cast<size_t>(cols());
     kv.assign(n, 0.0f);
     score.assign(n, -std::numeric_limits<float>::infinity());
     rows.clear();
   }
-  int64_t bytes() const { return static_cast<int64_t>(kv.size() + score.size() + rows.size()) * 4; }
-};
-
-struct V4LayerState {
-  std::vector<float> window;   // [W * head_dim]
-  V4CompressorState comp;      // main compressor (ratio > 0)
-  V4CompressorState index;     // indexer compressor (CSA)
 };
 
 class V4SequenceState {
  public:
-  explicit V4SequenceState(const DeepseekConfig& c) : config_(&c) { reset(); }
+  // Legacy f32 mirror (no state module).
+  explicit V4SequenceState(const DeepseekConfig& c);
+  // Owned SequenceCache over `graph` (which must outlive the state), `max_tokens` positions.
+  static StatusOr<std::unique_ptr<V4SequenceState>> create(const DeepseekConfig& c,
+                                                           const StateGraph& graph,
+                                                           int64_t max_tokens);
+  // External manager: sequence `seq` of `cm` (already added), computed up to `length`.
+  V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
+  ~V4SequenceState();
+  V4SequenceState(const V4SequenceState&) = delete;
+  V4SequenceState& operator=(const V4SequenceState&) = delete;
 
-  void reset() {
-    const DeepseekConfig& c = *config_;
-    length_ = 0;
-    layers_.assign(c.n_layers, V4LayerState{});
-    for (int l = 0; l < c.n_layers; ++l) {
-      const LayerSchedule& ls = c.layers[l];
-      V4LayerState& s = layers_[l];
-      s.window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
-      if (ls.ratio > 0) s.comp.init(ls.ratio, ls.overlap_compressor, c.head_dim);
-      if (ls.has_indexer) s.index.init(ls.ratio, ls.overlap_compressor, c.index_head_dim);
-    }
-  }
+  bool uses_state_graph() const { return cm_ != nullptr; }
+  CacheManager* cache_manager() const { return cm_; }
+  int64_t cache_seq() const { return seq_; }
 
   int64_t length() const { return length_; }
-  void set_length(int64_t n) { length_ = n; }
-  float* window_row(int layer, int64_t pos) {
-    return &layers_[layer].window[static_cast<size_t>(pos % config_->window_size) * config_->head_dim];
-  }
-  V4CompressorState& comp(int layer) { return layers_[layer].comp; }
-  V4CompressorState& index(int layer) { return layers_[layer].index; }
+  // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
+  Status begin_call(std::span<const int32_t> tokens);
+  // Ends the call and advances length by the call's tokens.
+  void end_call(int64_t n_tokens);
 
-  int64_t bytes() const {
-    int64_t b = 0;
-    for (const auto& l : layers_)
-      b += static_cast<int64_t>(l.window.size()) * 4 + l.comp.bytes() + l.index.bytes();
-    return b;
-  }
+  // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
+  void read_window_row(int layer, int64_t pos, float* out) const;
+  void write_window_row(int layer, int64_t pos, const float* x);
+  // Compressed KV rows [g0, g0+n) of `layer` (head_dim each).
+  void read_compressed_rows(int layer, int64_t g0, int64_t n, float* out) const;
+  void write_compressed_row(int layer, int64_t g, const float* x);
+  // Index keys rows [g0, g0+n) of CSA `layer` (index_head_dim each).
+  void read_index_keys(int layer, int64_t g0, int64_t n, float* out) const;
+  void write_index_key(int layer, int64_t g, const float* x);
+  // Compressor partial state (index = the CSA indexer's compressor): load initialises `st`
+  // for the layer (ratio, overlap, width) with the stored kv/score and no rows; store writes
+  // kv/score back (rows are written with write_compressed_row / write_index_key).
+  void load_compressor(int layer, bool index, V4CompressorState* st) const;
+  void store_compressor(int layer, bool index, const V4CompressorState& st);
+
+  // Bytes held by this sequence (serving format for the state backends).
+  int64_t bytes() const;
 
  private:
+  struct Legacy;
   const DeepseekConfig* config_;
+  std::unique_ptr<SequenceCache> owned_;
+  CacheManager* cm_ = nullptr;
+  int64_t seq_ = 0;
+  bool in_call_ = false;
+  std::unique_ptr<Legacy> legacy_;
   int64_t length_ = 0;
-  std::vector<V4LayerState> layers_;
 };
 
 }  // namespace strata

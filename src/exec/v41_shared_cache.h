@@ -1,0 +1,84 @@
+// V41SharedCache: the one CacheManager (state/cache_manager.h) a DeepseekV41Runner keeps for
+// all its sequences, behind an int64-id interface (cache_manager.h and model_runner.h both
+// declare strata::SeqId / strata::StepItem, so the runner cannot include the former).
+//
+// Sequences: start(seq, prompt, allow_hit) registers the ids and, with allow_hit, restores the
+// longest cached prefix (whole units of unit() tokens, at most prompt.size()-1; docs/state.md
+// §5); returns the positions now in state. begin(seq, n) plans and commits one step of the
+// next n known ids (one step in flight at a time); finish() publishes full blocks and, when
+// the step ended on a unit boundary, the boundary snapshot. release(seq) drops everything.
+// usage(lengths): bytes per state kind held by sequences of the given lengths, from the
+// graph's per-kind formulas (fixed bytes per request + bytes per token x length), capacity
+// = that kind's pool bytes; plus "v41_prefix_cache": allocated pool bytes beyond those.
+// Errors: begin() -> ResourceExhausted when a pool is short (nothing changed). Misuse
+// (unknown seq, two steps in flight) CHECKs. Thread safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata {
+
+class CacheManager;
+class StateGraph;
+
+struct V41RunnerCacheOptions {
+  int block_tokens = 0;     // prefix alignment unit; 0 = the state module's default
+  int max_seqs = 16;        // running sequences (ring / fixed blocks)
+  int64_t max_tokens = 0;   // paged positions over all sequences; 0 = 16 x per-sequence max
+  int snapshot_slots = 64;  // cached boundary snapshots (extra ring / fixed blocks per owner)
+  bool prefix_cache = true;
+  uint64_t salt = 0;        // tokenizer / checkpoint identity for the hash root
+};
+
+struct V41KindUsage {
+  std::string kind;
+  int64_t used_bytes = 0;
+  int64_t capacity_bytes = 0;
+};
+
+class V41SharedCache {
+ public:
+  V41SharedCache(const StateGraph& graph, const V41RunnerCacheOptions& o,
+                 int64_t per_seq_max_tokens);
+  ~V41SharedCache();
+
+  CacheManager* manager() { return cm_.get(); }
+  int64_t unit() const;
+  int max_seqs() const { return o_.max_seqs; }
+  bool prefix_cache() const { return o_.prefix_cache; }
+
+  int64_t start(int64_t seq, std::span<const int32_t> prompt, bool allow_hit);
+  void append(int64_t seq, std::span<const int32_t> ids);
+  int64_t num_known(int64_t seq) const;
+  int64_t num_computed(int64_t seq) const;
+  // Largest chunk <= n that does not step over the last cacheable boundary without ending
+  // on it (CacheManager::suggest_chunk).
+  int64_t suggest_chunk(int64_t seq, int64_t n) const;
+  // Plans + commits positions [num_computed, num_computed + n); *start_pos = num_computed.
+  Status begin(int64_t seq, int64_t n, int64_t* start_pos);
+  void finish();
+  void release(int64_t seq);
+
+  std::vector<V41KindUsage> usage(const std::vector<int64_t>& lengths) const;
+
+  // Tests.
+  void check_invariants() const;
+  void clear_prefix_cache();
+  int64_t num_cache_entries() const;
+  int64_t total_free_blocks() const;
+  int64_t total_blocks() const;
+
+ private:
+  struct Inflight;
+  V41RunnerCacheOptions o_;
+  std::unique_ptr<CacheManager> cm_;
+  std::unique_ptr<Inflight> inflight_;
+};
+
+}  // namespace strata
