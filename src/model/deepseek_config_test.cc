@@ -16,10 +16,13 @@ std::string src_dir() {
   const char* e = std::getenv("STRATA_SOURCE_DIR");
   return e ? e : STRATA_SOURCE_DIR;
 }
-const std::string kShared = "/work/shared";
+// Copies of ../shared/data/configs and ../shared/golden live in testdata/ (configs/, golden/).
+const std::string kShared = src_dir() + "/testdata";
 
 std::string shared_or_skip(const std::string& rel) {
-  std::string p = kShared + "/" + rel;
+  std::string r = rel;
+  if (r.rfind("data/configs/", 0) == 0) r = "configs/" + r.substr(13);
+  std::string p = kShared + "/" + r;
   return std::filesystem::exists(p) ? p : "";
 }
 

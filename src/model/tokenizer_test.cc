@@ -290,7 +290,7 @@ TEST(DeepSeekTokenizerTest, ConcurrentEncodeIsConsistent) {
 // Encode throughput on tinyshakespeare (printed, never asserted). Also a 1 MB round trip.
 TEST(DeepSeekTokenizerTest, TinyShakespeareThroughput) {
   const char* env = std::getenv("STRATA_TINYSHAKESPEARE");
-  const std::string path = env ? env : "/work/shared/data/prompts/long_text/tinyshakespeare.txt";
+  const std::string path = env ? env : std::string(STRATA_SOURCE_DIR) + "/../shared/data/prompts/long_text/tinyshakespeare.txt";
   std::ifstream in(path, std::ios::binary);
   if (!in) GTEST_SKIP() << "no " << path;
   std::stringstream ss;

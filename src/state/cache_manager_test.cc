@@ -511,7 +511,7 @@ TEST(CacheManagerRandomized, V41TinyRoomyWithStorage) {
   randomized(*g, 8, /*storage=*/true, /*roomy=*/true, 5, 1500);
 }
 TEST(CacheManagerRandomized, V4TinyTightWithStorage) {
-  auto c = load_deepseek_config("/work/shared/golden/v4flash-tiny/config.json");
+  auto c = load_deepseek_config(std::string(STRATA_SOURCE_DIR) + "/testdata/golden/v4flash-tiny/config.json");
   if (!c.ok()) GTEST_SKIP();
   auto g = StateGraph::from_deepseek(*c);
   ASSERT_TRUE(g.ok());

@@ -10,7 +10,8 @@
 namespace strata {
 namespace {
 
-const std::string kCfg = "/work/shared/data/configs/";
+// Copies of ../shared/data/configs (testdata/configs).
+const std::string kCfg = std::string(STRATA_SOURCE_DIR) + "/testdata/configs/";
 
 DeepseekConfig cfg_or_skip(const std::string& file, bool* ok) {
   *ok = std::filesystem::exists(kCfg + file);

@@ -19,7 +19,7 @@ nlohmann::json report(const std::string& cfg) {
 }
 
 TEST(StateReport, V41FlashJson) {
-  const std::string p = "/work/shared/data/configs/deepseek-v4.1-flash.config.json";
+  const std::string p = std::string(STRATA_SOURCE_DIR) + "/testdata/configs/deepseek-v4.1-flash.config.json";
   if (!std::filesystem::exists(p)) GTEST_SKIP();
   auto j = report(p);
   // 3 sources x (288 + 68) / 2 + (288 + 68) = 890 B/token.
@@ -45,7 +45,7 @@ TEST(StateReport, V41FlashJson) {
 }
 
 TEST(StateReport, TextMentionsUnitAndStages) {
-  auto c = load_deepseek_config("/work/shared/golden/v4flash-tiny/config.json");
+  auto c = load_deepseek_config(std::string(STRATA_SOURCE_DIR) + "/testdata/golden/v4flash-tiny/config.json");
   if (!c.ok()) GTEST_SKIP();
   auto g = StateGraph::from_deepseek(*c);
   ASSERT_TRUE(g.ok());

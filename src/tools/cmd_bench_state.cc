@@ -18,7 +18,7 @@ namespace strata::tools {
 namespace {
 
 struct BenchStateArgs {
-  std::string config = "/work/shared/data/configs/deepseek-v4.1-flash.config.json";
+  std::string config = std::string(STRATA_SOURCE_DIR) + "/testdata/configs/deepseek-v4.1-flash.config.json";
   int requests = 64;
   int64_t context = 4096;
   int steps = 200;

@@ -107,12 +107,13 @@ void setup_generate(CLI::App& app) {
                                             "terminal, else empty)");
   cmd->add_option("-m,--model", o->model,
                   "Model directory (default: the embedded models/stories260K)");
+  // CLI::NonNegativeNumber prints DBL_MAX in its message; a plain range reads better.
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30).description("0 to 2^30"));
   cmd->add_option("-t,--temperature", o->temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 100.0).description("0 to 100"));
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: off)")
       ->capture_default_str();
@@ -120,7 +121,8 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024).description("0 to 1024"));
   cmd->add_flag("--output-ids", o->output_ids,
                 "After the text, print the generated token ids as one JSON array on the last "
                 "line of stdout");
