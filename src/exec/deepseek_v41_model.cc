@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "exec/v41_forward_ctx.h"
 #include "model/dtype.h"
 #include "model/tokenizer.h"
@@ -23,10 +24,10 @@ float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
 // mixes -> pre/post/comb for every token of h [S, hc*D] (Block.hc_mixes).
 void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
               double norm_eps, double hc_eps, float* pre, float* post, float* comb,
-              int64_t vbase, int64_t vS) {
+              int64_t vbase, int64_t vS, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc;
   std::vector<float> raw(S * nmix);
-  v41::linear_f32(h, S, w.fn, nmix, hcD, raw.data());
+  v41::linear_f32(h, S, w.fn, nmix, hcD, raw.data(), w.fn_packed.get(), pool);
   const float eps = static_cast<float>(norm_eps);
   for (int64_t i = 0; i < S; ++i) {
     const float* x = h + i * hcD;
@@ -84,6 +85,8 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
     if (ls.ratio > 16) return failed_precondition("layer {}: ratio {} unsupported", ls.layer_id, ls.ratio);
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
+  if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
+  if (!options.scalar_reference) m->weights_->pack_for_kernels(m->pool_.get());
 
   if (!c.engram_layer_ids.empty()) {
     std::vector<int64_t> map = options.engram_token_map;
@@ -159,7 +162,7 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
     }
   const int64_t N = D * (hc + 1);
   std::vector<float> kv(S * N);
-  v41::linear(e.data(), S, ew.wkv, kv.data());
+  v41::linear(e.data(), S, ew.wkv, kv.data(), pool_.get());
   std::vector<float> wgt(hc * D);
   for (int64_t i = 0; i < hc * D; ++i) wgt[i] = bf16v(ew.q_weight, i) * bf16v(ew.k_weight, i);
   const float eps = static_cast<float>(config_.norm_eps);
@@ -194,8 +197,8 @@ void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t
                               const float* route_w, float* out) const {
   const int64_t I = w.w1.out;
   std::vector<float> g(M * I), u(M * I);
-  v41::linear(x, M, w.w1, g.data());
-  v41::linear(x, M, w.w3, u.data());
+  v41::linear(x, M, w.w1, g.data(), pool_.get());
+  v41::linear(x, M, w.w3, u.data(), pool_.get());
   const float lim = static_cast<float>(config_.swiglu_limit);
   const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
   for (int64_t r = 0; r < M; ++r)
@@ -209,7 +212,7 @@ void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t
       if (route_w) hv = route_w[r] * hv;
       g[r * I + k] = round_to_bf16(hv);
     }
-  v41::linear(g.data(), M, w.w2, out);
+  v41::linear(g.data(), M, w.w2, out, pool_.get());
 }
 
 void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
@@ -218,7 +221,7 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
   const int k = ls.n_activated_experts;
   std::vector<float> logit(S * E);
-  v41::linear_f32(x, S, mw.gate_weight, E, D, logit.data());
+  v41::linear_f32(x, S, mw.gate_weight, E, D, logit.data(), mw.gate_packed.get(), pool_.get());
   const float temp = static_cast<float>(config_.gate_temp);
   const float* bias = mw.gate_bias.f32();
   std::vector<std::vector<int32_t>> sel(S);
@@ -351,7 +354,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
     hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preA.data(), postA.data(), combA.data(), c.vbase, c.vS);
+             preA.data(), postA.data(), combA.data(), c.vbase, c.vS, pool_.get());
     hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
     attention(L, xn.data(), c, f.data());
@@ -359,7 +362,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
     // FFN sublayer: collapsed with the attention's pre.
     hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preF.data(), postF.data(), combF.data(), c.vbase, c.vS);
+             preF.data(), postF.data(), combF.data(), c.vbase, c.vS, pool_.get());
     hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
     moe(L, xn.data(), c, f.data());
@@ -375,10 +378,10 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   const int64_t V = cf.vocab_size;
   if (opt.all_logits) {
     logits->resize(S * V);
-    v41::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data());
+    v41::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data(), weights_->head_packed(), pool_.get());
   } else {
     logits->resize(V);
-    v41::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
+    v41::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data(), weights_->head_packed(), pool_.get());
   }
 
   if (engram_hasher_) {

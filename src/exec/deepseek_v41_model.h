@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "exec/v41_ops.h"
 #include "exec/v41_sequence_state.h"
 #include "model/deepseek_config.h"
@@ -92,6 +93,12 @@ struct V41LoadOptions {
   // Old path: keep sequences in the interim f32 mirror instead of the state module.
   bool legacy_state = false;
   bool progress = false;
+  // Compute threads for the forward (GEMMs split over output features, attention over
+  // heads; results are identical for every thread count). 0 = all cores, 1 = caller only.
+  int threads = 0;
+  // Run the scalar reference loops instead of the repacked vector kernels (same results
+  // bit for bit; for A/B tests and debugging). No extra weight copy is made.
+  bool scalar_reference = false;
 };
 
 class DeepseekV41Model {
@@ -103,6 +110,8 @@ class DeepseekV41Model {
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV41Weights& weights() const { return *weights_; }
+  // Compute pool of the forward (null when loaded with threads == 1).
+  ThreadPool* pool() const { return pool_.get(); }
   int64_t max_context() const { return max_context_; }
   // The state graph (owners and consumers per layer) sequences are stored through.
   const StateGraph& state_graph() const { return *state_graph_; }
@@ -144,6 +153,7 @@ class DeepseekV41Model {
   std::optional<StateGraph> state_graph_;
   int64_t state_max_tokens_ = 0;
   bool legacy_state_ = false;
+  std::unique_ptr<ThreadPool> pool_;  // null: single-threaded
 };
 
 }  // namespace strata

@@ -51,7 +51,7 @@ class LlamaRunner : public ModelRunner {
   const LlamaKvState& kv_state() const { return kv_; }
   ThreadPool& pool() { return *pool_; }
   // Bytes of weights + KV read by one decode step of a sequence of length `len`.
-  int64_t decode_bytes_read(int64_t len) const;
+  int64_t decode_bytes_read(int64_t len) const override;
 
  private:
   std::unique_ptr<LlamaModel> model_;

@@ -92,6 +92,11 @@ class ModelRunner {
   }
   // Granularity of prefix-cache hits in tokens; 0 when the runner has no prefix cache.
   virtual int64_t prefix_alignment() const { return 0; }
+
+  // ---- Optional: benchmarks. ----
+  // Bytes of weights and state one decode step of a sequence of `len` tokens reads from
+  // memory (the numerator of the decode roofline in `strata bench model`); 0 = unknown.
+  virtual int64_t decode_bytes_read(int64_t len) const { return 0; }
 };
 
 }  // namespace strata

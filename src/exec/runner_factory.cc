@@ -66,8 +66,10 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   if (arch == "DeepseekV41ForCausalLM" || arch == "deepseek_v41") {
     V41LoadOptions load;
     load.progress = options.progress;
+    load.threads = options.threads;
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
+    STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
     STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV41Runner::create(dir, load, options.name, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }

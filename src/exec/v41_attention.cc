@@ -25,6 +25,7 @@
 
 #include "base/check.h"
 #include "exec/v41_forward_ctx.h"
+#include "kernels/fp8_einsum.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -52,7 +53,7 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
   if (m == 1) {
     // Plain projection in bf16, one row per token, no state.
     std::vector<float> t(S * hd);
-    v41::linear(x, S, cw.wkv, t.data());
+    v41::linear(x, S, cw.wkv, t.data(), pool_.get());
     latent->resize(S * hd);
     v41::rms_norm(t.data(), S, hd, &cw.norm, config_.norm_eps, latent->data());
     for (int64_t i = 0; i < S; ++i) latent_rows->push_back(c.s0 + i);
@@ -60,8 +61,8 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
   }
   // ratio > 1: fp32 projections (weights promoted to fp32), channel-wise softmax pooling.
   std::vector<float> a(S * hd), z(S * hd);
-  v41::linear_f32(x, S, cw.wkv.weight, hd, D, a.data());
-  v41::linear_f32(x, S, cw.wgate.weight, hd, D, z.data());
+  v41::linear_f32(x, S, cw.wkv.weight, hd, D, a.data(), cw.wkv.packed ? &cw.wkv.packed->seq : nullptr, pool_.get());
+  v41::linear_f32(x, S, cw.wgate.weight, hd, D, z.data(), cw.wgate.packed ? &cw.wgate.packed->seq : nullptr, pool_.get());
   std::vector<float> pooled(hd), normed(hd);
   // The partial group (state kind compressor_state, f32): loaded once, stored back once.
   STRATA_CHECK_MSG(!ls.overlap_compressor, "layer {}: V4.1 compressor is not overlapping", L);
@@ -107,13 +108,13 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
   const v41::RopeTable& rope = rope_[L];
   const int rd = config_.rope_head_dim;
   std::vector<float> q(S * ih * id);
-  v41::linear(qr, S, iw.wq_b, q.data());
+  v41::linear(qr, S, iw.wq_b, q.data(), pool_.get());
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t h = 0; h < ih; ++h) rope.apply(&q[(i * ih + h) * id + id - rd], c.s0 + i, false);
     v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
   }
   std::vector<float> w(S * ih);
-  v41::linear(x, S, iw.weights_proj, w.data());
+  v41::linear(x, S, iw.weights_proj, w.data(), pool_.get());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
                                           std::pow(static_cast<double>(ih), -0.5));
   for (auto& v : w) v = round_to_bf16(v * wscale);
@@ -203,15 +204,15 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
 
   std::vector<float> t(S * std::max(ql, hd));
   std::vector<float> qr(S * ql);
-  v41::linear(x, S, aw.wq_a, t.data());
+  v41::linear(x, S, aw.wq_a, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
   std::vector<float> q(S * H * hd);
-  v41::linear(qr.data(), S, aw.wq_b, q.data());
+  v41::linear(qr.data(), S, aw.wq_b, q.data(), pool_.get());
   for (int64_t i = 0; i < S; ++i)
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
 
   std::vector<float> kv(S * hd);
-  v41::linear(x, S, aw.wkv, t.data());
+  v41::linear(x, S, aw.wkv, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
   for (int64_t i = 0; i < S; ++i) {
     rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
@@ -231,7 +232,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         const V41IndexerWeights& iw = aw.indexer;
         const int64_t id = config_.index_head_dim;
         std::vector<float> kt(n * id), kk(n * id);
-        v41::linear(latent.data(), n, iw.wk, kt.data());
+        v41::linear(latent.data(), n, iw.wk, kt.data(), pool_.get());
         v41::rms_norm(kt.data(), n, id, &iw.k_norm, config_.norm_eps, kk.data());
         for (int64_t r = 0; r < n; ++r) {
           rope.apply(&kk[r * id + id - rd], rows[r] * m, false);
@@ -318,7 +319,11 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   std::vector<float> u(S * G * R);
   const V41Linear& woa = aw.wo_a;
   std::vector<float> wrow(Dg);
-  for (int64_t g = 0; g < G; ++g) {
+  if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
+    for (int64_t g = 0; g < G; ++g)
+      kernels::fp8_dequant_gemm_f64(&o[g * Dg], S, H * hd, woa.packed->fp8, g * R, (g + 1) * R,
+                                    &u[g * R], G * R, pool_.get());
+  } else for (int64_t g = 0; g < G; ++g) {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t n = g * R + r;
       if (woa.kind == V41WeightKind::kFp8) {
@@ -339,7 +344,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       }
     }
   }
-  v41::linear(u.data(), S, aw.wo_b, out);
+  v41::linear(u.data(), S, aw.wo_b, out, pool_.get());
   (void)D;
 }
 

@@ -8,9 +8,16 @@
 #include <limits>
 
 #include "base/check.h"
+#include "kernels/act_quant.h"
+#include "kernels/block_gemm.h"
 #include "kernels/matmul.h"
+#include "kernels/seq_gemm.h"
 #include "exec/v4_ops.h"
 #include "model/dtype.h"
+
+// Scalar code using std::fma: an FMA-ISA clone (inline vfmadd instead of a libm call) picked
+// at load time; results are identical (fma is exact either way).
+#define STRATA_FMA_CLONES __attribute__((target_clones("fma", "default")))
 
 namespace strata::v41 {
 
@@ -28,10 +35,8 @@ struct Luts {
     for (int n = 0; n < 16; ++n) e2m1[n] = fp4_e2m1_to_f32(static_cast<uint8_t>(n));
   }
 };
-const Luts& luts() {
-  static const Luts l;
-  return l;
-}
+const Luts kLuts;
+inline const Luts& luts() { return kLuts; }
 
 float f32_from_bits(uint32_t u) {
   float f;
@@ -65,21 +70,10 @@ float pow2_ceil(float x) {
   return f32_from_bits(static_cast<uint32_t>(log2_ceil + 127) << 23);
 }
 
+// Same rounding as kernels::e4m3_round (RNE, saturating at +-448); NaN passes through.
 float round_e4m3(float x) {
   if (std::isnan(x)) return x;
-  x = std::clamp(x, -kFp8Max, kFp8Max);
-  float a = std::fabs(x);
-  if (a == 0.0f) return x;
-  float quantum;
-  if (a < 0.015625f) {  // below 2^-6: subnormal spacing 2^-9
-    quantum = 0.001953125f;
-  } else {
-    int ex;
-    std::frexp(a, &ex);  // a = m * 2^ex, m in [0.5, 1)
-    quantum = std::ldexp(1.0f, ex - 1 - 3);
-  }
-  float r = std::nearbyint(x / quantum) * quantum;
-  return std::clamp(r, -kFp8Max, kFp8Max);
+  return kernels::e4m3_round(x);
 }
 
 float round_e2m1(float x) {
@@ -202,7 +196,22 @@ void linear_quant(const float* x, int64_t M, const V41Linear& w, float* y) {
 
 }  // namespace
 
-void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
+void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool) {
+  if (w.packed) {
+    switch (w.kind) {
+      case V41WeightKind::kFp8:
+        kernels::linear_fp8_packed(x, M, w.packed->fp8, y, pool);
+        return;
+      case V41WeightKind::kFp4:
+        kernels::linear_fp4_packed(x, M, w.packed->fp4, 32, y, pool);
+        return;
+      case V41WeightKind::kBf16:
+      case V41WeightKind::kF32:
+        kernels::seq_gemm_packed(x, M, w.packed->seq, y, pool);
+        for (int64_t i = 0; i < M * w.out; ++i) y[i] = round_to_bf16(y[i]);
+        return;
+    }
+  }
   switch (w.kind) {
     case V41WeightKind::kFp8:
     case V41WeightKind::kFp4:
@@ -220,7 +229,13 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
 // Sequential single-accumulator FMA over K per output element: the per-element order of a
 // BLAS sgemm micro-kernel (torch's CPU F.linear), which matches the reference's fp32 results
 // far more often than a lane-split order (measured on the golden per-layer dumps).
-void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y) {
+void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y,
+                const kernels::PackedSeqWeight* packed, ThreadPool* pool) {
+  if (packed != nullptr) {
+    STRATA_CHECK(packed->n == out && packed->k == in);
+    kernels::seq_gemm_packed(x, M, *packed, y, pool);
+    return;
+  }
   STRATA_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16);
   std::vector<float> wrow(in);
   for (int64_t n = 0; n < out; ++n) {
@@ -383,7 +398,7 @@ void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
   }
 }
 
-void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+STRATA_FMA_CLONES void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, float* out, int64_t qh, int64_t SH) {
   // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,
   // sequential FMA over d), running max, exp via torch.exp (SLEEF), fp32 denominator summed
@@ -431,7 +446,7 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
 
 // expf as SLEEF's xexpf (u10) computes it with FMA: the vectorized exp behind torch.exp /
 // torch.sigmoid on AVX2 CPUs (ATen Vectorized<float>::exp -> Sleef_expf8_u10).
-float sleef_expf(float d) {
+STRATA_FMA_CLONES float sleef_expf(float d) {
   const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
   const float kL2U = 0.693145751953125f;
   const float kL2L = 1.428606765330187045e-06f;

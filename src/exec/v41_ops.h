@@ -47,11 +47,16 @@ void qdq_fp4_e4m3(float* x, int64_t n, int block);
 //               partials added in K order), output rounded to bf16.
 //   FP4 weight: same with E2M1 weights and per-row-per-32 scales.
 //   BF16 weight: F.linear in bf16 (fp32 accumulate, output rounded to bf16).
-void linear(const float* x, int64_t M, const V41Linear& w, float* y);
+// When `w.packed` is set (DeepseekV41Weights::pack_for_kernels) the vector kernels of
+// kernels/block_gemm.h and kernels/seq_gemm.h run it, split over output features on `pool`
+// (may be null); they use the same reduction order, so results are bit-identical.
+void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
 // F.linear with the weight promoted to fp32 (x f32), output left in fp32 (no rounding).
-// Used for compressor wkv/wgate (ratio > 1), the MoE gate, and the LM head.
+// Used for compressor wkv/wgate (ratio > 1), the MoE gate, the mHC mixes and the LM head.
+// `packed`: the same weight repacked (kernels/seq_gemm.h), used when non-null.
 void linear_f32(const float* x, int64_t M, const TensorView& w_bf16_or_f32, int64_t out,
-                int64_t in, float* y);
+                int64_t in, float* y, const kernels::PackedSeqWeight* packed = nullptr,
+                ThreadPool* pool = nullptr);
 
 // Sum of n fp32 values in the order of torch's CPU reduction kernel for a contiguous inner
 // dimension (aten SumKernel.cpp vectorized_inner_sum / row_sum / multi_row_sum: `lanes`-wide

@@ -71,29 +71,27 @@ uint8_t f32_to_e4m3(float x) {
   const uint32_t u = f32_bits(x);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7f);
-  float a = std::fabs(x);
+  const float a = std::fabs(x);
   if (a >= kFp8Max) return static_cast<uint8_t>(sign | 0x7e);  // saturate (satfinite)
   if (a < 0x1p-6f) {
-    // subnormal range: multiples of 2^-9; the scaling is exact, nearbyint rounds to even
-    const int q = static_cast<int>(std::nearbyint(a * 512.0f));  // 0..8 (8 = 2^-6, code 0x08)
+    // subnormal range: multiples of 2^-9. a * 512 < 8 is exact; adding 2^23 rounds it to an
+    // integer (round half to even, the default FP mode), which the subtraction recovers.
+    const int q = static_cast<int>((a * 512.0f + 0x1p23f) - 0x1p23f);  // 0..8 (8 = 2^-6)
     return static_cast<uint8_t>(sign | q);
   }
-  int e;
-  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int exp = e - 1;                    // a = (2m) * 2^exp, 2m in [1, 2)
-  // 3 mantissa bits: (2m - 1) * 8 is exact in f32, round half to even
-  int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
-  if (mant == 8) {
-    mant = 0;
-    ++exp;
-  }
-  const int biased = exp + 7;
+  // Normal range: round the f32 mantissa to 3 bits, half to even (a carry moves into the
+  // exponent field, as it should).
+  uint32_t r = f32_bits(a);
+  r += 0x7ffffu + ((r >> 20) & 1u);
+  r &= 0xfff00000u;
+  const int biased = static_cast<int>(r >> 23) - 127 + 7;
+  const int mant = static_cast<int>((r >> 20) & 7u);
   if (biased > 15 || (biased == 15 && mant == 7)) return static_cast<uint8_t>(sign | 0x7e);
   return static_cast<uint8_t>(sign | (biased << 3) | mant);
 }
 
-float e4m3_round(float x) {
-  const uint8_t c = f32_to_e4m3(x);
+namespace {
+float e4m3_code_value(uint8_t c) {
   const int exp = (c >> 3) & 0xf;
   const int mant = c & 7;
   float v;
@@ -106,6 +104,16 @@ float e4m3_round(float x) {
   }
   return (c & 0x80) ? -v : v;
 }
+struct E4m3Table {
+  float v[256];
+  E4m3Table() {
+    for (int c = 0; c < 256; ++c) v[c] = e4m3_code_value(static_cast<uint8_t>(c));
+  }
+};
+const E4m3Table kE4m3Table;
+}  // namespace
+
+float e4m3_round(float x) { return kE4m3Table.v[f32_to_e4m3(x)]; }
 
 uint8_t f32_to_e2m1(float x) {
   const float mag = std::fabs(x);

@@ -3,6 +3,7 @@
 #include "kernels/act_quant.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -152,6 +153,57 @@ TEST(ActQuant, Bf16Helpers) {
   std::vector<float> back(2);
   bf16_to_f32_array(b.data(), 2, back.data());
   EXPECT_EQ(back[1], 1.015625f);
+}
+
+}  // namespace
+}  // namespace strata::kernels
+
+namespace strata::kernels {
+namespace {
+
+// Independent statement of E4M3 (fn) rounding: the nearest of the 127 finite non-negative
+// code values by exhaustive search, ties to the even code, saturating at 448.
+uint8_t nearest_e4m3_code(float a) {
+  auto val = [](int c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    return e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  };
+  if (a >= 448.0f) return 0x7e;
+  int best = 0;
+  double bd = 1e30;
+  for (int c = 0; c <= 0x7e; ++c) {
+    const double d = std::fabs(static_cast<double>(a) - val(c));
+    if (d < bd || (d == bd && (c & 1) == 0)) {
+      bd = d;
+      best = c;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
+TEST(ActQuant, E4m3EncodeMatchesExhaustiveNearest) {
+  std::vector<float> xs;
+  // Every code value, every midpoint between neighbours, and one f32 ulp either side.
+  std::vector<float> vals;
+  for (int c = 0; c <= 0x7e; ++c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    vals.push_back(e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7));
+  }
+  for (size_t i = 0; i + 1 < vals.size(); ++i) {
+    const float mid = (vals[i] + vals[i + 1]) / 2;  // exact in f32
+    for (float v : {vals[i], mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) xs.push_back(v);
+  }
+  // A sweep over f32 bit patterns in [0, 460].
+  for (uint32_t b = 0; b < 0x43E60000u; b += 9973) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    xs.push_back(f);
+  }
+  for (float a : xs)
+    for (float x : {a, -a}) {
+      const uint8_t want = static_cast<uint8_t>(nearest_e4m3_code(std::fabs(x)) | (std::signbit(x) ? 0x80 : 0));
+      ASSERT_EQ(f32_to_e4m3(x), want) << "x=" << x;
+    }
 }
 
 }  // namespace

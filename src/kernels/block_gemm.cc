@@ -513,7 +513,9 @@ void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* p
   const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
   const int64_t n = s.n;
   const int64_t tiles = (n + kTile - 1) / kTile;
-  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2) {
+  // Below ~256K multiply-adds a pool dispatch (several us) costs more than it saves.
+  const bool small = a.m * n * s.k < (int64_t{1} << 18);
+  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2 || small) {
     run_cols(a, s, y, out, 0, n, avx);
     return;
   }

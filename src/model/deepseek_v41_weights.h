@@ -28,10 +28,24 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/block_gemm.h"
+#include "kernels/seq_gemm.h"
 #include "model/deepseek_config.h"
 #include "model/safetensors.h"
 
 namespace strata {
+
+class ThreadPool;
+
+// A weight repacked for the vector kernels (kernels/block_gemm.h, kernels/seq_gemm.h): the
+// same bytes per element (FP8 1, FP4 1/2, BF16 2, F32 4), reordered so a vector lane holds
+// one output row. Exactly one member is filled, by the weight's kind.
+struct V41PackedLinear {
+  kernels::PackedFp8Weight fp8;
+  kernels::PackedFp4Weight fp4;
+  kernels::PackedSeqWeight seq;  // BF16 / F32 weights (sequential-FMA F.linear order)
+  int64_t bytes() const;
+};
 
 enum class V41WeightKind : uint8_t { kFp8, kFp4, kBf16, kF32 };
 
@@ -43,6 +57,8 @@ struct V41Linear {
   int64_t out = 0;
   int64_t in = 0;
   int block = 32;         // FP8 weight tile edge (FP4: 32 along K, per row)
+  // Set by DeepseekV41Weights::pack_for_kernels (null: the scalar reference path is used).
+  std::shared_ptr<const V41PackedLinear> packed;
   bool present() const { return weight.data != nullptr; }
 };
 
@@ -83,6 +99,7 @@ struct V41MoeWeights {
   TensorView gate_weight; // BF16 [E, dim]
   TensorView gate_bias;   // F32 [E]
   TensorView gate_bias_vl;// F32 [E] (vision checkpoints only; may be absent)
+  std::shared_ptr<const kernels::PackedSeqWeight> gate_packed;  // pack_for_kernels
   std::vector<V41ExpertWeights> experts;  // FP4
   V41ExpertWeights shared;                // FP8
 };
@@ -100,6 +117,7 @@ struct V41MhcWeights {
   TensorView fn;          // F32 [(2+hc)*hc, hc*dim]
   TensorView base;        // F32 [(2+hc)*hc]
   TensorView scale;       // F32 [3]
+  std::shared_ptr<const kernels::PackedSeqWeight> fn_packed;  // pack_for_kernels
 };
 
 struct V41BlockWeights {
@@ -130,6 +148,14 @@ class DeepseekV41Weights {
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<V41BlockWeights>& draft_stages() const { return drafts_; }
 
+  // Repacks every backbone linear (FP8, FP4, BF16), the MoE gates, the mHC mixes and the
+  // LM head for the vector kernels, spreading the work over `pool` (may be null). Draft
+  // (DSpark) stages are not packed (they are not run yet). Costs one extra copy of the
+  // backbone weights in memory; the mmapped checkpoint pages are not read again.
+  void pack_for_kernels(ThreadPool* pool);
+  const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
+  int64_t packed_bytes() const { return packed_bytes_; }
+
   // Summary for `inspect`: tensor counts and bytes per group (backbone, experts, engram,
   // DSpark), one line each.
   std::string report() const;
@@ -142,6 +168,8 @@ class DeepseekV41Weights {
   TensorView embed_, head_, norm_;
   std::vector<V41BlockWeights> layers_;
   std::vector<V41BlockWeights> drafts_;
+  std::shared_ptr<const kernels::PackedSeqWeight> head_packed_;
+  int64_t packed_bytes_ = 0;
   int64_t num_used_ = 0, num_ignored_ = 0;
   int64_t bytes_backbone_ = 0, bytes_experts_ = 0, bytes_engram_ = 0, bytes_draft_ = 0;
   friend class V41WeightLoader;

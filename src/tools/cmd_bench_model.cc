@@ -123,9 +123,9 @@ int run_bench_model(BenchModelCli& o) {
 
   // 3. Roofline: bytes read per decode token (weights + KV at the average length).
   double bytes_per_token = 0;
-  if (auto* lr = dynamic_cast<LlamaRunner*>(&runner)) {
+  {
     const int64_t avg_len = o.prompt_tokens + o.decode_tokens / 2;
-    bytes_per_token = static_cast<double>(lr->decode_bytes_read(avg_len));
+    bytes_per_token = static_cast<double>(runner.decode_bytes_read(avg_len));
   }
   const double achieved = bytes_per_token * decode_tps;
   const double roofline_tps = bytes_per_token > 0 ? bw / bytes_per_token : 0;

@@ -1,0 +1,72 @@
+// Tests for kernels/fp8_einsum: the packed AVX2 and scalar paths against a test-local f64
+// loop over independently decoded weights, for row ranges, strides, M and thread counts.
+#include "kernels/fp8_einsum.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
+
+namespace strata::kernels {
+namespace {
+
+float dec_e4m3(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? m * std::ldexp(1.0f, -9) : (1.0f + m / 8.0f) * std::ldexp(1.0f, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+float bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Fp8Einsum, MatchesF64LoopBitExact) {
+  std::mt19937 rng(11);
+  const int64_t N = 48, K = 96, B = 32, M = 3, ldx = K + 5, ldy = 50;
+  std::vector<uint8_t> codes(N * K), sc((N / B) * (K / B) + 8);
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c = 0x10;  // no NaN codes
+  }
+  for (auto& s : sc) s = static_cast<uint8_t>(120 + rng() % 10);
+  std::vector<float> x(M * ldx);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = bf16(nd(rng));
+  PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
+  ThreadPool pool(2);
+  for (auto [nb, ne] : {std::pair<int64_t, int64_t>{0, 48}, {8, 40}, {16, 21}}) {
+    std::vector<float> want(M * ldy, -7.0f);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t n = nb; n < ne; ++n) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const float w = dec_e4m3(codes[n * K + k]) * std::ldexp(1.0f, sc[(n / B) * (K / B) + k / B] - 127);
+          acc += static_cast<double>(x[r * ldx + k]) * w;
+        }
+        want[r * ldy + (n - nb)] = bf16(static_cast<float>(acc));
+      }
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+      const Isa old = active_isa();
+      force_isa(isa);
+      for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> y(M * ldy, -7.0f);
+        fp8_dequant_gemm_f64(x.data(), M, ldx, p, nb, ne, y.data(), ldy, tp);
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa());
+      }
+      force_isa(old);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels

@@ -1,0 +1,108 @@
+// DeepseekV41Weights::pack_for_kernels (see deepseek_v41_weights.h).
+#include <atomic>
+#include <functional>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "model/deepseek_v41_weights.h"
+
+namespace strata {
+
+int64_t V41PackedLinear::bytes() const {
+  return static_cast<int64_t>(fp8.codes.size() + fp8.scales.size() * 4 + fp4.codes.size() +
+                              fp4.scales.size() * 4) +
+         seq.bytes();
+}
+
+namespace {
+
+std::shared_ptr<const kernels::PackedSeqWeight> pack_view(const TensorView& t, int64_t n, int64_t k) {
+  STRATA_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32);
+  auto p = std::make_shared<kernels::PackedSeqWeight>(
+      t.dtype == DType::kBF16 ? kernels::pack_seq_weight_bf16(t.u16(), n, k)
+                              : kernels::pack_seq_weight_f32(t.f32(), n, k));
+  return p;
+}
+
+std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l) {
+  auto p = std::make_shared<V41PackedLinear>();
+  switch (l.kind) {
+    case V41WeightKind::kFp8: {
+      STRATA_CHECK(l.scale.dtype == DType::kF8_E8M0);
+      kernels::Fp8BlockWeight w{l.weight.data, l.scale.data, nullptr, l.out, l.in, l.block, l.block};
+      p->fp8 = kernels::pack_fp8_weight(w);
+      break;
+    }
+    case V41WeightKind::kFp4: {
+      kernels::Fp4Weight w{l.weight.data, l.scale.data, l.out, l.in, 32};
+      p->fp4 = kernels::pack_fp4_weight(w);
+      break;
+    }
+    case V41WeightKind::kBf16:
+      p->seq = kernels::pack_seq_weight_bf16(l.weight.u16(), l.out, l.in);
+      break;
+    case V41WeightKind::kF32:
+      p->seq = kernels::pack_seq_weight_f32(l.weight.f32(), l.out, l.in);
+      break;
+  }
+  return p;
+}
+
+}  // namespace
+
+void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
+  // Collect the jobs first (each writes one distinct shared_ptr slot), then run them.
+  std::vector<std::function<int64_t()>> jobs;
+  auto add_linear = [&](V41Linear& l) {
+    if (!l.present()) return;
+    // FP8 kernels need the activation block (32 in V4.1) to equal the weight's K block.
+    if (l.kind == V41WeightKind::kFp8 && l.block != 32) return;
+    jobs.push_back([&l] {
+      l.packed = pack_linear(l);
+      return l.packed->bytes();
+    });
+  };
+  const int64_t D = config_.dim, hc = config_.hc_mult;
+  for (V41BlockWeights& b : layers_) {
+    V41AttentionWeights& a = b.attn;
+    for (V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor.wkv,
+                         &a.compressor.wgate, &a.indexer.wq_b, &a.indexer.weights_proj,
+                         &a.indexer.wk, &b.engram.wkv})
+      add_linear(*l);
+    for (V41ExpertWeights& e : b.ffn.experts)
+      for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) add_linear(*l);
+    for (V41Linear* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) add_linear(*l);
+    V41MoeWeights* moe = &b.ffn;
+    if (moe->gate_weight.data) {
+      const int64_t E = moe->gate_weight.shape[0];
+      jobs.push_back([moe, E, D] {
+        moe->gate_packed = pack_view(moe->gate_weight, E, D);
+        return moe->gate_packed->bytes();
+      });
+    }
+    for (V41MhcWeights* m : {&b.hc_attn, &b.hc_ffn}) {
+      if (!m->fn.data) continue;
+      const int64_t nmix = m->fn.shape[0];
+      jobs.push_back([m, nmix, hc, D] {
+        m->fn_packed = pack_view(m->fn, nmix, hc * D);
+        return m->fn_packed->bytes();
+      });
+    }
+  }
+  jobs.push_back([this, D] {
+    head_packed_ = pack_view(head_, config_.vocab_size, D);
+    return head_packed_->bytes();
+  });
+  std::atomic<int64_t> total{0};
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) total += jobs[i]();
+  };
+  if (pool != nullptr && pool->num_threads() > 1) {
+    pool->parallel_for(static_cast<int64_t>(jobs.size()), run);
+  } else {
+    run(0, static_cast<int64_t>(jobs.size()));
+  }
+  packed_bytes_ = total.load();
+}
+
+}  // namespace strata
