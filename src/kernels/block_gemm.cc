@@ -56,6 +56,12 @@ const Luts& luts() {
   return l;
 }
 
+// Tiles of 8 rows, rounded up to whole groups of kPackGroup (packed layouts).
+inline int64_t padded_tiles(int64_t n) {
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  return (tiles + kPackGroup - 1) / kPackGroup * kPackGroup;
+}
+
 inline float round_out(float v, OutRound out) {
   if (out == OutRound::kF32) return v;
   uint32_t u;
@@ -80,6 +86,14 @@ struct Src {
   int bk = 32;       // K block of the weight scales (FP4: 32)
   int block_n = 1;   // raw FP8 scale rows
   bool fp4() const { return kind == kFp4Raw || kind == kFp4Packed; }
+  // Packed layouts: tile t's K block kb (see block_gemm.h).
+  const uint8_t* pcodes(int64_t t, int64_t kb) const {
+    const int64_t bpk = fp4() ? kTile / 2 : kTile;
+    return codes + packed_code_offset(t, kb, k / bk, bk, bpk);
+  }
+  const float* pscales(int64_t t, int64_t kb) const {
+    return scales_f32 + packed_scale_offset(t, kb, k / bk);
+  }
 };
 
 // ---- scalar panel fill: panel [bk][8] for rows n0..n0+7 (rows >= n are zero), sw [8]
@@ -104,8 +118,8 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
         break;
       }
       case Src::kFp8Packed: {
-        sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l];
-        const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * kTile + l;
+        sw[l] = s.pscales(n0 / kTile, kb)[l];
+        const uint8_t* src = s.pcodes(n0 / kTile, kb) + l;
         for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[k * kTile]];
         break;
       }
@@ -119,8 +133,8 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
         break;
       }
       case Src::kFp4Packed: {
-        sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l];
-        const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * (kTile / 2) + l / 2;
+        sw[l] = s.pscales(n0 / kTile, kb)[l];
+        const uint8_t* src = s.pcodes(n0 / kTile, kb) + l / 2;
         const int shift = (l % 2) * 4;
         for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e2m1[(src[k * (kTile / 2)] >> shift) & 0xf];
         break;
@@ -255,8 +269,8 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
   __m256 lo, hi;
   switch (s.kind) {
     case Src::kFp8Packed: {
-      for (int l = 0; l < kTile; ++l) sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l] * kFold;
-      const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * kTile;
+      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
+      const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
         decode16_e4m3(src + k * kTile, &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
@@ -265,8 +279,8 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       return;
     }
     case Src::kFp4Packed: {
-      for (int l = 0; l < kTile; ++l) sw[l] = s.scales_f32[((n0 / kTile) * nkb + kb) * kTile + l] * kFold;
-      const uint8_t* src = s.codes + ((n0 / kTile) * s.k + k0) * (kTile / 2);
+      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
+      const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
         decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
@@ -390,7 +404,22 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   const uint8_t* src[kGroup];
   for (int g = 0; g < kGroup; ++g) {
     const int gg = g < ng ? g : 0;
-    src[g] = s.codes + (((g0 / kTile) + gg) * K + k0) * bytes_per_k;
+    src[g] = s.pcodes(g0 / kTile + gg, kb);
+  }
+  // Decode (M <= 4) streams 2 x kGroup arrays (codes and scales per tile) once; without
+  // software prefetch the scale loads miss to DRAM on every K block (measured: ~30% of the
+  // kernel's time stalled on them). Prefetch both kAhead blocks ahead.
+  if (m0 == 0) {
+    constexpr int kAhead = 8;
+    if (kb + kAhead < nkb) {
+      const int64_t blk = static_cast<int64_t>(bk) * bytes_per_k;
+      for (int g = 0; g < ng; ++g) {
+        const char* c = reinterpret_cast<const char*>(s.pcodes(g0 / kTile + g, kb + kAhead));
+        for (int64_t off = 0; off < blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(s.pscales(g0 / kTile + g, kb + kAhead)),
+                     _MM_HINT_T0);
+      }
+    }
   }
   // explicit registers (GCC keeps arrays of vectors in memory at -O2)
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;  // row 0, tiles 0..3
@@ -444,13 +473,188 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   for (int r = 0; r < kRows; ++r) {
     const __m256 sx = _mm256_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
     for (int g = 0; g < ng; ++g) {
-      const __m256 sw = _mm256_mul_ps(_mm256_loadu_ps(s.scales_f32 + ((g0 / kTile + g) * nkb + kb) * kTile),
+      const __m256 sw = _mm256_mul_ps(_mm256_loadu_ps(s.pscales(g0 / kTile + g, kb)),
                                       _mm256_set1_ps(256.0f));  // see decode16_e4m3
       float* ac = acc + ((m0 + r) * kGroup + g) * kTile;
       const __m256 t = _mm256_mul_ps(_mm256_mul_ps(p[r][g], sx), sw);
       _mm256_storeu_ps(ac, _mm256_add_ps(_mm256_loadu_ps(ac), t));
     }
   }
+}
+
+// ---- AVX-512 decode path (packed weights, M <= 4, one whole group of 8 tiles) ----
+// Two tiles share a zmm: lanes 0-7 = tile A's 8 rows, lanes 8-15 = tile B's, so a lane still
+// holds one output row and sees exactly the scalar order (bit-identical). 8 tiles = 4 zmm
+// chains per activation row; the group's K blocks are one sequential stream.
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Tiles A and B at K indices (k, k+1) -> zmm of k and zmm of k+1 (values * 2^-8).
+template <bool kFp4>
+STRATA_AVX512 inline void decode_pair512(const uint8_t* pa, const uint8_t* pb, __m512* wk,
+                                         __m512* wk1) {
+  const __m256i z = _mm256_setzero_si256();
+  if constexpr (kFp4) {
+    // 8 bytes each: (k: rows 0-7 in bytes 0-3, k+1: bytes 4-7), one tile per 128-bit lane
+    const __m256i b = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pa))),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb)), 1);
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const __m256i nib = _mm256_unpacklo_epi8(_mm256_and_si256(b, m), _mm256_and_si256(_mm256_srli_epi16(b, 4), m));
+    const __m256i table = _mm256_setr_epi8(
+        0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26, static_cast<char>(0x80), static_cast<char>(0x98),
+        static_cast<char>(0x9C), static_cast<char>(0x9E), static_cast<char>(0xA0), static_cast<char>(0xA2),
+        static_cast<char>(0xA4), static_cast<char>(0xA6), 0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
+        static_cast<char>(0x80), static_cast<char>(0x98), static_cast<char>(0x9C), static_cast<char>(0x9E),
+        static_cast<char>(0xA0), static_cast<char>(0xA2), static_cast<char>(0xA4), static_cast<char>(0xA6));
+    const __m256i hb = _mm256_shuffle_epi8(table, nib);
+    *wk = _mm512_cvtph_ps(_mm256_unpacklo_epi8(z, hb));
+    *wk1 = _mm512_cvtph_ps(_mm256_unpackhi_epi8(z, hb));
+  } else {
+    // 16 bytes each: k in bytes 0-7, k+1 in bytes 8-15 (see decode16_e4m3)
+    const __m256i b = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
+    const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
+    *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
+    *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
+  }
+}
+
+// Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1.
+// Explicit register variables: GCC keeps arrays of vectors on the stack.
+template <bool kFp4, int kRows>
+STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_t m0, float* out /*[kRows][64]*/) {
+  const int bk = s.bk;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  constexpr int bpk = kFp4 ? kTile / 2 : kTile;
+  const int64_t blk = static_cast<int64_t>(bk) * bpk;  // bytes of one tile's K block
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // row 0, tile pairs 0..3
+  __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;  // row 1
+  const __m512 fold = _mm512_set1_ps(256.0f);  // see decode16_e4m3
+  const float* xr0 = a.q + m0 * K;
+  const float* xr1 = xr0 + K;
+  const float* sx0 = a.scales + m0 * ldsx;
+  const float* sx1 = sx0 + ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    const uint8_t* base = s.pcodes(t0, kb);  // 8 tiles x blk bytes, contiguous
+    constexpr int kAhead = 4;
+    if (kb + kAhead < nkb) {
+      const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb + kAhead));
+      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+      const char* sc = reinterpret_cast<const char*>(s.pscales(t0, kb + kAhead));
+      for (int off = 0; off < 256; off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
+    }
+    __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+    const float* x0 = xr0 + kb * bk;
+    const float* x1 = xr1 + kb * bk;
+    const uint8_t* c0 = base;
+    const uint8_t* c1 = base + 2 * blk;
+    const uint8_t* c2 = base + 4 * blk;
+    const uint8_t* c3 = base + 6 * blk;
+    for (int k = 0; k < bk; k += 2) {
+      const int64_t off = static_cast<int64_t>(k) * bpk;
+      __m512 w00, w01, w10, w11, w20, w21, w30, w31;
+      decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
+      decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
+      decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
+      decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
+      __m512 xa = _mm512_set1_ps(x0[k]);
+      p0 = _mm512_fmadd_ps(xa, w00, p0);
+      p1 = _mm512_fmadd_ps(xa, w10, p1);
+      p2 = _mm512_fmadd_ps(xa, w20, p2);
+      p3 = _mm512_fmadd_ps(xa, w30, p3);
+      if constexpr (kRows == 2) {
+        const __m512 xb = _mm512_set1_ps(x1[k]);
+        q0 = _mm512_fmadd_ps(xb, w00, q0);
+        q1 = _mm512_fmadd_ps(xb, w10, q1);
+        q2 = _mm512_fmadd_ps(xb, w20, q2);
+        q3 = _mm512_fmadd_ps(xb, w30, q3);
+      }
+      xa = _mm512_set1_ps(x0[k + 1]);
+      p0 = _mm512_fmadd_ps(xa, w01, p0);
+      p1 = _mm512_fmadd_ps(xa, w11, p1);
+      p2 = _mm512_fmadd_ps(xa, w21, p2);
+      p3 = _mm512_fmadd_ps(xa, w31, p3);
+      if constexpr (kRows == 2) {
+        const __m512 xb = _mm512_set1_ps(x1[k + 1]);
+        q0 = _mm512_fmadd_ps(xb, w01, q0);
+        q1 = _mm512_fmadd_ps(xb, w11, q1);
+        q2 = _mm512_fmadd_ps(xb, w21, q2);
+        q3 = _mm512_fmadd_ps(xb, w31, q3);
+      }
+    }
+    // acc += (p * sx) * sw, in that order (block_gemm.h)
+    const float* sc = s.pscales(t0, kb);  // 8 tiles x 8 rows
+    const __m512 sw0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
+    const __m512 sw1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
+    const __m512 sw2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
+    const __m512 sw3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+    const __m512 s0 = _mm512_set1_ps(sx0[ab]);
+    a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_mul_ps(p0, s0), sw0));
+    a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_mul_ps(p1, s0), sw1));
+    a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_mul_ps(p2, s0), sw2));
+    a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_mul_ps(p3, s0), sw3));
+    if constexpr (kRows == 2) {
+      const __m512 s1 = _mm512_set1_ps(sx1[ab]);
+      b0 = _mm512_add_ps(b0, _mm512_mul_ps(_mm512_mul_ps(q0, s1), sw0));
+      b1 = _mm512_add_ps(b1, _mm512_mul_ps(_mm512_mul_ps(q1, s1), sw1));
+      b2 = _mm512_add_ps(b2, _mm512_mul_ps(_mm512_mul_ps(q2, s1), sw2));
+      b3 = _mm512_add_ps(b3, _mm512_mul_ps(_mm512_mul_ps(q3, s1), sw3));
+    }
+    if (++ai == act_per) {  // activation scale index kb / act_per without a division
+      ai = 0;
+      ++ab;
+    }
+  }
+  _mm512_storeu_ps(out + 0, a0);
+  _mm512_storeu_ps(out + 16, a1);
+  _mm512_storeu_ps(out + 32, a2);
+  _mm512_storeu_ps(out + 48, a3);
+  if constexpr (kRows == 2) {
+    _mm512_storeu_ps(out + 64, b0);
+    _mm512_storeu_ps(out + 80, b1);
+    _mm512_storeu_ps(out + 96, b2);
+    _mm512_storeu_ps(out + 112, b3);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+bool avx512_usable() {
+  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+  return v && avx512_enabled();
+}
+
+// Decode over packed weights with AVX-512: rows [n_begin, n_end) must start on a group
+// boundary; returns the first row it did not handle (a ragged last group is left to the
+// AVX2 path).
+int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
+                         int64_t n_begin, int64_t n_end) {
+  constexpr int64_t kRowsPerGroup = kPackGroup * kTile;
+  if (n_begin % kRowsPerGroup != 0) return n_begin;
+  alignas(64) float buf[2 * kRowsPerGroup];
+  int64_t g0 = n_begin;
+  for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
+    for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
+      const int rows = m0 + 2 <= a.m ? 2 : 1;
+      if (s.kind == Src::kFp4Packed) {
+        if (rows == 2) group512<true, 2>(a, s, g0 / kTile, m0, buf);
+        else group512<true, 1>(a, s, g0 / kTile, m0, buf);
+      } else {
+        if (rows == 2) group512<false, 2>(a, s, g0 / kTile, m0, buf);
+        else group512<false, 1>(a, s, g0 / kTile, m0, buf);
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < kRowsPerGroup; ++i) y[(m0 + r) * s.n + g0 + i] = round_out(buf[r * kRowsPerGroup + i], out);
+    }
+  }
+  return g0;
 }
 
 STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutRound out,
@@ -461,10 +665,12 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutR
   std::vector<float> rowbuf(static_cast<size_t>(kTile * bk));
   alignas(32) float sws[kGroup * kTile];
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
+  const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
+  if (packed && a.m <= 4 && s.bk % 2 == 0 && avx512_usable())
+    n_begin = gemm_cols_avx512(a, s, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
     std::fill(acc.begin(), acc.end(), 0.0f);
-    const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
     if (packed && a.m <= 4 && g0 + ng * kTile <= s.n) {
       for (int64_t kb = 0; kb < nkb; ++kb) {
         for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
@@ -515,13 +721,17 @@ void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* p
   const int64_t tiles = (n + kTile - 1) / kTile;
   // Below ~256K multiply-adds a pool dispatch (several us) costs more than it saves.
   const bool small = a.m * n * s.k < (int64_t{1} << 18);
-  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2 || small) {
+  if (pool == nullptr || pool->num_threads() <= 1 || tiles <= kPackGroup || small) {
     run_cols(a, s, y, out, 0, n, avx);
     return;
   }
+  // Ranges start on whole groups of kPackGroup tiles (the packed layouts' streams).
+  const int64_t groups = (tiles + kPackGroup - 1) / kPackGroup;
   pool->parallel_for(
-      tiles,
-      [&](int64_t t0, int64_t t1) { run_cols(a, s, y, out, t0 * kTile, std::min(n, t1 * kTile), avx); },
+      groups,
+      [&](int64_t g0, int64_t g1) {
+        run_cols(a, s, y, out, g0 * kPackGroup * kTile, std::min(n, g1 * kPackGroup * kTile), avx);
+      },
       1);
 }
 
@@ -610,16 +820,17 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w) {
   p.n = w.n;
   p.k = w.k;
   p.block_k = w.block_k;
-  const int64_t tiles = (w.n + kTile - 1) / kTile, nkb = w.k / w.block_k;
+  const int64_t tiles = padded_tiles(w.n), nkb = w.k / w.block_k, bk = w.block_k;
   const int64_t scols = (w.k + w.block_k - 1) / w.block_k;
   p.codes.assign(static_cast<size_t>(tiles * w.k * kTile), 0);
   p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
   for (int64_t n = 0; n < w.n; ++n) {
     const int64_t t = n / kTile, l = n % kTile;
-    for (int64_t k = 0; k < w.k; ++k) p.codes[(t * w.k + k) * kTile + l] = w.codes[n * w.k + k];
+    for (int64_t k = 0; k < w.k; ++k)
+      p.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l] = w.codes[n * w.k + k];
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t si = (n / w.block_n) * scols + kb;
-      p.scales[(t * nkb + kb) * kTile + l] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
+      p.scales[packed_scale_offset(t, kb, nkb) + l] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
     }
   }
   return p;
@@ -631,7 +842,7 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w) {
   PackedFp4Weight p;
   p.n = w.n;
   p.k = w.k;
-  const int64_t tiles = (w.n + kTile - 1) / kTile, nkb = w.k / 32;
+  const int64_t tiles = padded_tiles(w.n), nkb = w.k / 32;
   p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2)), 0);
   p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
   for (int64_t n = 0; n < w.n; ++n) {
@@ -639,11 +850,11 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w) {
     for (int64_t k = 0; k < w.k; ++k) {
       const uint8_t byte = w.packed[n * (w.k / 2) + k / 2];
       const uint8_t code = (k % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-      uint8_t& dst = p.codes[(t * w.k + k) * (kTile / 2) + l / 2];
+      uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) + (k % 32) * (kTile / 2) + l / 2];
       dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
     }
     for (int64_t kb = 0; kb < nkb; ++kb)
-      p.scales[(t * nkb + kb) * kTile + l] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
+      p.scales[packed_scale_offset(t, kb, nkb) + l] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
   }
   return p;
 }

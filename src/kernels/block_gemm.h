@@ -95,11 +95,15 @@ void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_
 
 // ---- Repacked weights (fast path) ----
 // The same FP8 / FP4 bytes, reordered once (e.g. at model load) so that the kernels read
-// 8 output rows per K index contiguously: codes [ceil(N/8)][K][8] (FP8: one byte per row;
-// FP4: 4 bytes per K index, row 2j in the low nibble of byte j). Scales are expanded to one
-// f32 per row per K block ([ceil(N/8)][K/block_k][8]; padding rows 0). Weights stay 1 byte
-// (FP8) or 1/2 byte (FP4) per element: nothing is expanded to f32 in memory. Results are
-// bit-identical to the unpacked kernels.
+// 8 output rows ("a tile") per K index contiguously (FP8: one byte per row; FP4: 4 bytes per
+// K index, row 2j in the low nibble of byte j), and so that decode (M = 1..4) streams each
+// group of kPackGroup tiles as ONE sequential run of memory:
+//   codes  [ceil(tiles/8)][K/block_k][8 tiles][block_k][8 rows]   (tiles padded to 8: zero rows)
+//   scales [ceil(tiles/8)][K/block_k][8 tiles][8 rows] f32        (one per row per K block)
+// Use packed_codes / packed_scales for addressing. Weights stay 1 byte (FP8) or 1/2 byte
+// (FP4) per element: nothing is expanded to f32 in memory. Results are bit-identical to
+// the unpacked kernels.
+inline constexpr int kPackGroup = 8;
 struct PackedFp8Weight {
   int64_t n = 0, k = 0;
   int block_k = 128;
@@ -109,8 +113,17 @@ struct PackedFp8Weight {
 struct PackedFp4Weight {
   int64_t n = 0, k = 0;
   std::vector<uint8_t> codes;
-  std::vector<float> scales;  // [ceil(N/8)][K/32][8]
+  std::vector<float> scales;
 };
+// Offsets (in elements of codes / scales) of tile `t`'s K block `kb` (block_k K indices ×
+// 8 rows, `bytes_per_k` = 8 for FP8, 4 for FP4, contiguous).
+inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t block_k,
+                                  int64_t bytes_per_k) {
+  return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * block_k * bytes_per_k;
+}
+inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
+  return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * 8;
+}
 PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w);
 PackedFp4Weight pack_fp4_weight(const Fp4Weight& w);
 void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,

@@ -163,7 +163,7 @@ std::vector<uint8_t> random_e4m3(Rand& r, size_t n) {
 
 TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 5, K = 128, N = 77;  // > 2 groups of 32 rows, ragged last tile
+  const int64_t M = 5, K = 128, N = 141;  // 2 whole packed groups of 64 rows + a ragged tile
   for (int bk : {32, 128}) {
     const int bn = bk;
     auto x = r.bf16_normal(M * K, 2.0f);
@@ -189,12 +189,17 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         fp8_gemm(a1, W, y1.data(), OutRound::kBf16, &pool);
         for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y1[n], expect[3 * N + n]);
         // repacked weights: same bits, for M = 1, 2 (register path) and 5 (panel path)
+        // (with and without the AVX-512 decode path where the CPU has it)
         const PackedFp8Weight P = pack_fp8_weight(W);
-        for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
-          QuantActs am{q.data(), s.data(), m, K, bk};
-          std::vector<float> yp(m * N, -1.0f);
-          fp8_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
-          for (int64_t i = 0; i < m * N; ++i) ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i;
+        for (bool e512 : {false, true}) {
+          set_avx512_enabled(e512);
+          for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
+            QuantActs am{q.data(), s.data(), m, K, bk};
+            std::vector<float> yp(m * N, -1.0f);
+            fp8_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
+            for (int64_t i = 0; i < m * N; ++i)
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " avx512=" << e512;
+          }
         }
       }
     }
@@ -204,7 +209,7 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
 
 TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 5, K = 256, N = 70;
+  const int64_t M = 5, K = 256, N = 134;
   for (int act_block : {32, 128}) {
     auto x = r.bf16_normal(M * K, 1.0f);
     auto w = r.bytes(N * K / 2, 0, 255);
@@ -223,11 +228,15 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         fp4_gemm(a, W, y.data(), OutRound::kBf16, &pool);
         for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i;
         const PackedFp4Weight P = pack_fp4_weight(W);
-        for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
-          QuantActs am{q.data(), s.data(), m, K, act_block};
-          std::vector<float> yp(m * N, -1.0f);
-          fp4_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
-          for (int64_t i = 0; i < m * N; ++i) ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i;
+        for (bool e512 : {false, true}) {
+          set_avx512_enabled(e512);
+          for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
+            QuantActs am{q.data(), s.data(), m, K, act_block};
+            std::vector<float> yp(m * N, -1.0f);
+            fp4_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
+            for (int64_t i = 0; i < m * N; ++i)
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " avx512=" << e512;
+          }
         }
       }
     }

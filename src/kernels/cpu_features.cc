@@ -34,6 +34,12 @@ void force_isa(Isa isa) {
   g_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<bool> g_avx512{true};
+}
+bool avx512_enabled() { return g_avx512.load(std::memory_order_relaxed); }
+void set_avx512_enabled(bool on) { g_avx512.store(on, std::memory_order_relaxed); }
+
 const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
 
 }  // namespace strata::kernels

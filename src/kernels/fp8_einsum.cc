@@ -48,9 +48,9 @@ const Table kTable;
 
 // Dequantized weight of row (tile t, lane l) at k.
 inline float weight_at(const PackedFp8Weight& w, int64_t t, int l, int64_t k) {
-  const int64_t nkb = w.k / w.block_k;
-  const float s = w.scales[(t * nkb + k / w.block_k) * kTile + l];
-  return kTable.v[w.codes[(t * w.k + k) * kTile + l]] * s;
+  const int64_t nkb = w.k / w.block_k, bk = w.block_k;
+  const float s = w.scales[packed_scale_offset(t, k / bk, nkb) + l];
+  return kTable.v[w.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l]] * s;
 }
 
 void tiles_scalar(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
@@ -68,46 +68,194 @@ void tiles_scalar(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight&
     }
 }
 
-// One tile (8 rows) at a time; the K loop is split in blocks so the decoded f32 weights
-// of a block stay in registers / L1 while every activation row consumes them.
-STRATA_AVX2 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
-                            int64_t t0, int64_t t1, int64_t n_begin, int64_t n_end, float* y,
-                            int64_t ldy) {
+#define STRATA_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+
+// 16 E4M3 bytes -> two vectors of 8 floats equal to the E4M3 values times 2^-8 (bytes 0..7,
+// 8..15): the bits placed as (sign << 15) | (exp_mant << 7) form a binary16 of value * 2^-8
+// (subnormals included), which F16C widens exactly (same trick as kernels/block_gemm.cc).
+STRATA_AVX2_F16C inline void decode16(const uint8_t* p, __m256* lo, __m256* hi) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i z = _mm_setzero_si128();
+  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBFFF));
+  *lo = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(z, b), 1), keep));
+  *hi = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), keep));
+}
+
+// kNt tiles (8 rows each) at a time, all activation rows; f64 accumulators in memory
+// between K blocks, in registers inside one (2 chains per tile: rows 0-3 and 4-7).
+template <int kNt>
+STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
+                                 int64_t t, double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
-  std::vector<double> acc(static_cast<size_t>(m * kTile));
-  alignas(32) float panel[64 * kTile];
-  STRATA_CHECK(bk <= 64 || bk % 64 == 0);
-  const int64_t chunk = std::min<int64_t>(bk, 64);
-  for (int64_t t = t0; t < t1; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t k0 = 0; k0 < K; k0 += chunk) {
-      const __m256 sc = _mm256_loadu_ps(&w.scales[(t * nkb + k0 / bk) * kTile]);
-      const uint8_t* codes = &w.codes[(t * K + k0) * kTile];
-      for (int64_t j = 0; j < chunk; ++j) {
-        alignas(32) float tmp[kTile];
-        for (int l = 0; l < kTile; ++l) tmp[l] = kTable.v[codes[j * kTile + l]];
-        _mm256_store_ps(&panel[j * kTile], _mm256_mul_ps(_mm256_load_ps(tmp), sc));
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    __m256 sc[kNt];
+    const uint8_t* src[kNt];
+    for (int i = 0; i < kNt; ++i) {
+      // the decode carries 2^-8; fold 256 into the (power-of-two) scale: exact
+      sc[i] = _mm256_mul_ps(_mm256_loadu_ps(&w.scales[packed_scale_offset(t + i, kb, nkb)]),
+                            _mm256_set1_ps(256.0f));
+      src[i] = &w.codes[packed_code_offset(t + i, kb, nkb, bk, kTile)];
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      double* ar = acc + r * kNt * kTile;
+      __m256d a[kNt][2];
+      for (int i = 0; i < kNt; ++i) {
+        a[i][0] = _mm256_loadu_pd(ar + i * kTile);
+        a[i][1] = _mm256_loadu_pd(ar + i * kTile + 4);
       }
-      for (int64_t r = 0; r < m; ++r) {
-        __m256d lo = _mm256_loadu_pd(&acc[r * kTile]);
-        __m256d hi = _mm256_loadu_pd(&acc[r * kTile + 4]);
-        const float* xr = x + r * ldx + k0;
-        for (int64_t j = 0; j < chunk; ++j) {
-          const __m256 wv = _mm256_load_ps(&panel[j * kTile]);
-          const __m256d xb = _mm256_set1_pd(static_cast<double>(xr[j]));
-          lo = _mm256_fmadd_pd(xb, _mm256_cvtps_pd(_mm256_castps256_ps128(wv)), lo);
-          hi = _mm256_fmadd_pd(xb, _mm256_cvtps_pd(_mm256_extractf128_ps(wv, 1)), hi);
+      const float* xr = x + r * ldx + kb * bk;
+      for (int64_t j = 0; j < bk; j += 2) {
+        const __m256d x0 = _mm256_set1_pd(static_cast<double>(xr[j]));
+        const __m256d x1 = _mm256_set1_pd(static_cast<double>(xr[j + 1]));
+        for (int i = 0; i < kNt; ++i) {
+          __m256 w0, w1;
+          decode16(src[i] + j * kTile, &w0, &w1);
+          w0 = _mm256_mul_ps(w0, sc[i]);
+          w1 = _mm256_mul_ps(w1, sc[i]);
+          a[i][0] = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm256_castps256_ps128(w0)), a[i][0]);
+          a[i][1] = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)), a[i][1]);
+          a[i][0] = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), a[i][0]);
+          a[i][1] = _mm256_fmadd_pd(x1, _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1)), a[i][1]);
         }
-        _mm256_storeu_pd(&acc[r * kTile], lo);
-        _mm256_storeu_pd(&acc[r * kTile + 4], hi);
+      }
+      for (int i = 0; i < kNt; ++i) {
+        _mm256_storeu_pd(ar + i * kTile, a[i][0]);
+        _mm256_storeu_pd(ar + i * kTile + 4, a[i][1]);
       }
     }
-    for (int l = 0; l < kTile; ++l) {
-      const int64_t n = t * kTile + l;
-      if (n < n_begin || n >= n_end) continue;
-      for (int64_t r = 0; r < m; ++r)
-        y[r * ldy + (n - n_begin)] = bf16_round(static_cast<float>(acc[r * kTile + l]));
+  }
+}
+
+// ---- AVX-512: one whole packed group (8 tiles = 64 rows) per pass, one zmm of 8 f64 per
+// tile and activation row; two tiles decoded per instruction sequence.
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+STRATA_AVX512 inline void decode_pair(const uint8_t* pa, const uint8_t* pb, __m512* wk, __m512* wk1) {
+  const __m256i b = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
+  const __m256i z = _mm256_setzero_si256();
+  const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
+  *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
+  *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
+}
+
+// acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
+STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
+                                 int64_t t, double* acc) {
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  const __m512 fold = _mm512_set1_ps(256.0f);
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
+    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    if (kb + 4 < nkb) {
+      const char* c = reinterpret_cast<const char*>(&w.codes[packed_code_offset(t, kb + 4, nkb, bk, kTile)]);
+      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
     }
+    const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
+    const __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
+    const __m512 s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
+    const __m512 s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+    for (int64_t r = 0; r < m; ++r) {
+      double* ar = acc + r * 64;
+      __m512d a0 = _mm512_loadu_pd(ar), a1 = _mm512_loadu_pd(ar + 8);
+      __m512d a2 = _mm512_loadu_pd(ar + 16), a3 = _mm512_loadu_pd(ar + 24);
+      __m512d a4 = _mm512_loadu_pd(ar + 32), a5 = _mm512_loadu_pd(ar + 40);
+      __m512d a6 = _mm512_loadu_pd(ar + 48), a7 = _mm512_loadu_pd(ar + 56);
+      const float* xr = x + r * ldx + kb * bk;
+      for (int64_t j = 0; j < bk; j += 2) {
+        const int64_t off = j * kTile;
+        __m512 u0, v0, u1, v1, u2, v2, u3, v3;  // pair c: u = k, v = k + 1
+        decode_pair(base + off, base + blk + off, &u0, &v0);
+        decode_pair(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
+        decode_pair(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
+        decode_pair(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
+        u0 = _mm512_mul_ps(u0, s0);
+        u1 = _mm512_mul_ps(u1, s1);
+        u2 = _mm512_mul_ps(u2, s2);
+        u3 = _mm512_mul_ps(u3, s3);
+        v0 = _mm512_mul_ps(v0, s0);
+        v1 = _mm512_mul_ps(v1, s1);
+        v2 = _mm512_mul_ps(v2, s2);
+        v3 = _mm512_mul_ps(v3, s3);
+        const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[j]));
+        const __m512d xk1 = _mm512_set1_pd(static_cast<double>(xr[j + 1]));
+#define STRATA_LO(v) _mm512_cvtps_pd(_mm512_castps512_ps256(v))
+#define STRATA_HI(v) _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1))
+        a0 = _mm512_fmadd_pd(xk, STRATA_LO(u0), a0);
+        a1 = _mm512_fmadd_pd(xk, STRATA_HI(u0), a1);
+        a2 = _mm512_fmadd_pd(xk, STRATA_LO(u1), a2);
+        a3 = _mm512_fmadd_pd(xk, STRATA_HI(u1), a3);
+        a4 = _mm512_fmadd_pd(xk, STRATA_LO(u2), a4);
+        a5 = _mm512_fmadd_pd(xk, STRATA_HI(u2), a5);
+        a6 = _mm512_fmadd_pd(xk, STRATA_LO(u3), a6);
+        a7 = _mm512_fmadd_pd(xk, STRATA_HI(u3), a7);
+        a0 = _mm512_fmadd_pd(xk1, STRATA_LO(v0), a0);
+        a1 = _mm512_fmadd_pd(xk1, STRATA_HI(v0), a1);
+        a2 = _mm512_fmadd_pd(xk1, STRATA_LO(v1), a2);
+        a3 = _mm512_fmadd_pd(xk1, STRATA_HI(v1), a3);
+        a4 = _mm512_fmadd_pd(xk1, STRATA_LO(v2), a4);
+        a5 = _mm512_fmadd_pd(xk1, STRATA_HI(v2), a5);
+        a6 = _mm512_fmadd_pd(xk1, STRATA_LO(v3), a6);
+        a7 = _mm512_fmadd_pd(xk1, STRATA_HI(v3), a7);
+#undef STRATA_LO
+#undef STRATA_HI
+      }
+      _mm512_storeu_pd(ar, a0);
+      _mm512_storeu_pd(ar + 8, a1);
+      _mm512_storeu_pd(ar + 16, a2);
+      _mm512_storeu_pd(ar + 24, a3);
+      _mm512_storeu_pd(ar + 32, a4);
+      _mm512_storeu_pd(ar + 40, a5);
+      _mm512_storeu_pd(ar + 48, a6);
+      _mm512_storeu_pd(ar + 56, a7);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+bool avx512_usable() {
+  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("f16c");
+  return v && avx512_enabled();
+}
+
+void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
+                int64_t t1, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
+  STRATA_CHECK(w.block_k % 2 == 0);
+  constexpr int kNt = 4;
+  std::vector<double> acc(static_cast<size_t>(m * kNt * kTile));
+  const bool use512 = avx512_usable() && w.block_k % 2 == 0;
+  std::vector<double> acc512(use512 ? static_cast<size_t>(m * 64) : 0);
+  for (int64_t t = t0; t < t1;) {
+    if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {
+      std::fill(acc512.begin(), acc512.end(), 0.0);
+      group_pass512(x, m, ldx, w, t, acc512.data());
+      for (int i = 0; i < kPackGroup * kTile; ++i) {
+        const int64_t n = t * kTile + i;
+        if (n < n_begin || n >= n_end) continue;
+        for (int64_t r = 0; r < m; ++r) y[r * ldy + (n - n_begin)] = bf16_round(static_cast<float>(acc512[r * 64 + i]));
+      }
+      t += kPackGroup;
+      continue;
+    }
+    const int nt = t + kNt <= t1 ? kNt : 1;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    if (nt == kNt) {
+      tiles_pass<kNt>(x, m, ldx, w, t, acc.data());
+    } else {
+      tiles_pass<1>(x, m, ldx, w, t, acc.data());
+    }
+    for (int i = 0; i < nt; ++i)
+      for (int l = 0; l < kTile; ++l) {
+        const int64_t n = (t + i) * kTile + l;
+        if (n < n_begin || n >= n_end) continue;
+        for (int64_t r = 0; r < m; ++r)
+          y[r * ldy + (n - n_begin)] = bf16_round(static_cast<float>(acc[(r * nt + i) * kTile + l]));
+      }
+    t += nt;
   }
 }
 
@@ -120,7 +268,8 @@ void fp8_dequant_gemm_f64(const float* x, int64_t m, int64_t ldx, const PackedFp
   STRATA_CHECK(ldx >= w.k && w.k % w.block_k == 0);
   if (m == 0 || n_begin == n_end) return;
   const int64_t t0 = n_begin / kTile, t1 = (n_end + kTile - 1) / kTile;
-  const bool avx = active_isa() == Isa::kAvx2;
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const bool avx = active_isa() == Isa::kAvx2 && f16c;
   auto run = [&](int64_t a, int64_t b) {
     if (avx) {
       tiles_avx2(x, m, ldx, w, a, b, n_begin, n_end, y, ldy);
@@ -133,7 +282,11 @@ void fp8_dequant_gemm_f64(const float* x, int64_t m, int64_t ldx, const PackedFp
     run(t0, t1);
     return;
   }
-  pool->parallel_for(t1 - t0, [&](int64_t a, int64_t b) { run(t0 + a, t0 + b); });
+  // chunks of whole packed groups (8 tiles) so the AVX-512 pass sees aligned groups
+  const int64_t chunks = (t1 - t0 + kPackGroup - 1) / kPackGroup;
+  pool->parallel_for(chunks, [&](int64_t a, int64_t b) {
+    run(t0 + a * kPackGroup, std::min(t1, t0 + b * kPackGroup));
+  });
 }
 
 }  // namespace strata::kernels

@@ -31,7 +31,7 @@ float bf16(float f) {
 
 TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   std::mt19937 rng(11);
-  const int64_t N = 48, K = 96, B = 32, M = 3, ldx = K + 5, ldy = 50;
+  const int64_t N = 144, K = 96, B = 32, M = 3, ldx = K + 5, ldy = 150;
   std::vector<uint8_t> codes(N * K), sc((N / B) * (K / B) + 8);
   for (auto& c : codes) {
     c = static_cast<uint8_t>(rng());
@@ -43,7 +43,7 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   for (auto& v : x) v = bf16(nd(rng));
   PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
   ThreadPool pool(2);
-  for (auto [nb, ne] : {std::pair<int64_t, int64_t>{0, 48}, {8, 40}, {16, 21}}) {
+  for (auto [nb, ne] : {std::pair<int64_t, int64_t>{0, 144}, {64, 128}, {8, 40}, {16, 21}}) {
     std::vector<float> want(M * ldy, -7.0f);
     for (int64_t r = 0; r < M; ++r)
       for (int64_t n = nb; n < ne; ++n) {
@@ -57,11 +57,14 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
     for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
       const Isa old = active_isa();
       force_isa(isa);
-      for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> y(M * ldy, -7.0f);
-        fp8_dequant_gemm_f64(x.data(), M, ldx, p, nb, ne, y.data(), ldy, tp);
-        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
-            << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa());
+      for (bool e512 : {false, true}) {
+        set_avx512_enabled(e512);
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> y(M * ldy, -7.0f);
+          fp8_dequant_gemm_f64(x.data(), M, ldx, p, nb, ne, y.data(), ldy, tp);
+          EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+              << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa()) << " avx512 " << e512;
+        }
       }
       force_isa(old);
     }
