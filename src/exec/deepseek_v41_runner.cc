@@ -3,6 +3,8 @@
 
 #include "base/check.h"
 #include "exec/v41_sequence_state.h"
+#include "model/engram_hash.h"
+#include "model/tokenizer.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -28,6 +30,21 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   r->cache_opts_ = cache;
   r->cm_ = std::make_unique<V41SharedCache>(r->model_->state_graph(), cache,
                                             r->model_->state_max_tokens());
+  if (cache.restore != V41PrefixRestore::kStoredState && !c.engram_layer_ids.empty() &&
+      c.engram_max_ngram_size > 1) {
+    // The Engram history at the replay start is rebuilt from ids: the same compressed-token
+    // map DeepseekV41Model::load uses (injected, file, or built from the tokenizer).
+    std::vector<int64_t> map = options.engram_token_map;
+    if (map.empty() && !options.engram_token_map_path.empty()) {
+      STRATA_ASSIGN_OR_RETURN(map, load_token_map(options.engram_token_map_path));
+    }
+    if (map.empty()) {
+      STRATA_ASSIGN_OR_RETURN(auto tok, load_tokenizer_from_dir(dir));
+      int64_t n = 0;
+      STRATA_ASSIGN_OR_RETURN(map, build_compressed_token_map(*tok, &n));
+    }
+    r->engram_map_ = std::move(map);
+  }
   return r;
 }
 
@@ -54,9 +71,56 @@ void DeepseekV41Runner::release_sequence(SeqId seq) {
 
 void DeepseekV41Runner::start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit) {
   STRATA_CHECK(!s.state);
-  const int64_t len = cm_->start(seq.value, prompt, allow_hit);
-  s.state = std::make_unique<V41SequenceState>(model_->config(), cm_->manager(), seq.value, len);
+  int64_t len = cm_->start(seq.value, prompt, allow_hit);
+  if (len > 0 && cm_->restore() != V41PrefixRestore::kStoredState &&
+      !replay(seq, s, prompt, len).ok()) {
+    s.state.reset();
+    cm_->release(seq.value);
+    len = cm_->start(seq.value, prompt, /*allow_hit=*/false);
+  }
+  // (After a replay the state, at length len, keeps its published index owner.)
+  if (!s.state)
+    s.state = std::make_unique<V41SequenceState>(model_->config(), cm_->manager(), seq.value, len);
   s.pending.assign(prompt.begin() + len, prompt.end());
+}
+
+Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> prompt,
+                                 int64_t hit) {
+  const DeepseekConfig& c = model_->config();
+  const int64_t r0 = std::max<int64_t>(0, hit - cm_->replay_tokens());
+  // The manager holds [0, hit); the replay runs [r0, hit) on a state that starts at r0.
+  s.state = std::make_unique<V41SequenceState>(c, cm_->manager(), seq.value, r0);
+  V41SequenceState& st = *s.state;
+  st.set_shared_prefix_end(hit);  // compressed rows / index keys of [0, hit) are the cache's
+  st.set_window_floor(r0);        // fresh ring before r0
+  if (!engram_map_.empty()) {
+    // Mapped ids of the positions [r0 - h, r0), oldest first (fewer near the start).
+    const int64_t h = c.engram_max_ngram_size - 1;
+    std::vector<int64_t> hist;
+    for (int64_t p = std::max<int64_t>(0, r0 - h); p < r0; ++p) {
+      const int64_t t = prompt[static_cast<size_t>(p)];
+      if (t < 0 || t >= static_cast<int64_t>(engram_map_.size()))
+        return invalid_argument("token {} at {} outside the Engram map", t, p);
+      hist.push_back(engram_map_[static_cast<size_t>(t)]);
+    }
+    st.set_engram_history(hist);
+  }
+  if (r0 == hit) {  // replay_tokens 0: measurement baseline, rings left empty
+    st.set_shared_prefix_end(0);
+    return ok_status();
+  }
+  // A chunk of this prompt, laid out as the whole-prompt call would be (as step() does when
+  // the scheduler passes prompt_len), so a replay from 0 (hit <= replay_tokens) is exact.
+  V41ForwardOptions opt;
+  opt.prompt_len = static_cast<int64_t>(prompt.size());
+  std::vector<float> row;
+  STRATA_RETURN_IF_ERROR(model_->forward(&st, prompt.subspan(static_cast<size_t>(r0),
+                                                            static_cast<size_t>(hit - r0)),
+                                         opt, &row));
+  STRATA_CHECK(st.length() == hit);
+  st.set_shared_prefix_end(0);
+  st.set_window_floor(0);
+  return ok_status();
 }
 
 int64_t DeepseekV41Runner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
@@ -181,8 +245,9 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
                                                                         int threads) {
-  (void)threads;
-  STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV41Model::load(dir, V41LoadOptions{}));
+  V41LoadOptions load;
+  load.threads = threads;
+  STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV41Model::load(dir, load));
   return std::unique_ptr<GoldenTarget>(new DeepseekV41GoldenTarget(std::move(model)));
 }
 

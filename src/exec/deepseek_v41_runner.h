@@ -16,6 +16,16 @@
 // units of prefix_alignment() tokens, < tokens.size()) by sharing compressed-KV / index-key
 // blocks and copying the boundary snapshot (rings, compressor tails, Engram history); a hit
 // then the rest of the prompt is bit-identical to a cold prefill (tests/v41_runner_prefix_test).
+// With V41RunnerCacheOptions::restore = kReplayWindow / kReplayExact (`--prefix-restore
+// replay` / `replay-exact`) no boundary snapshot is stored: a hit of H tokens shares the compressed-KV / index-key blocks, sets the
+// Engram history from the ids, and rebuilds the window rings and compressor tails by running
+// the last R = replay_tokens() tokens [H-R, H) (all of them when H <= R) through the normal
+// forward from a fresh ring and fresh compressors (kv 0, score -inf; exact at H-R, a group
+// boundary), as one prompt chunk whose rewrites of shared rows are skipped
+// (V41SequenceState::set_shared_prefix_end). Approximate: the replayed window rows miss the
+// positions before H-R (drift measured in tests/v41_prefix_replay_test.cc, docs/state.md §5);
+// exact when H <= R or R >= replay_exact_tokens() (kReplayExact's default). If the replay
+// forward fails the sequence restarts cold (no hit).
 // cache_usage(): one entry per state kind (bytes held by running sequences, from the graph's
 // per-kind formulas; capacity = that kind's pool bytes), plus "v41_prefix_cache" (pool bytes
 // held only by cache entries). release_sequence frees every kind.
@@ -55,6 +65,9 @@ class DeepseekV41Runner : public ModelRunner {
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   int64_t prefix_alignment() const override;
+  // Weights touched by one decode token (dense + n_activated routed experts per layer +
+  // embedding row + LM head) plus state read at length `len` (deepseek_v41_decode_bytes.cc).
+  int64_t decode_bytes_read(int64_t len) const override;
 
   const DeepseekV41Model& model() const { return *model_; }
   // The shared manager (tests: check_invariants, clear_prefix_cache, free blocks).
@@ -67,6 +80,8 @@ class DeepseekV41Runner : public ModelRunner {
   };
   DeepseekV41Runner() = default;
   void start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit);
+  // Replay policies: rebuilds ring / fixed state after a hit of `hit` tokens of `prompt`.
+  Status replay(SeqId seq, Seq& s, std::span<const int32_t> prompt, int64_t hit);
   int64_t length(const Seq& s) const { return s.state ? s.state->length() : 0; }
 
   std::unique_ptr<DeepseekV41Model> model_;
@@ -74,6 +89,9 @@ class DeepseekV41Runner : public ModelRunner {
   V41RunnerCacheOptions cache_opts_;
   std::unique_ptr<V41SharedCache> cm_;
   std::map<SeqId, Seq> seqs_;
+  // Replay policies with Engram: raw token id -> compressed id (the model's Engram token map,
+  // loaded the same way; the model does not expose its hasher).
+  std::vector<int64_t> engram_map_;
 };
 
 // GoldenTarget over one V4.1 sequence: reset() starts a fresh sequence; forward() returns the

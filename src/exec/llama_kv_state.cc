@@ -167,7 +167,7 @@ Status LlamaKvState::begin_step(const std::vector<int64_t>& seqs,
                               added_tb, unit(), running_blocks(),
                               ceil_div(o_.capacity_tokens, unit())));
   // ---- Register ids, plan, commit. ----
-  std::vector<StepItem> items;
+  std::vector<CacheStepItem> items;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Seq& s = seqs_.at(seqs[i]);
     if (!s.started) start(seqs[i], s, {}, /*allow_hit=*/false);

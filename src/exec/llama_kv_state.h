@@ -20,8 +20,8 @@
 // usage(): "kv" = blocks held by requests (0 when none runs), "kv_prefix_cache" = blocks held
 // by cache entries (some may also be held by requests).
 //
-// Sequence ids are plain int64 (this header avoids model_runner.h / cache_manager.h, which
-// both declare strata::SeqId and strata::StepItem).
+// Sequence ids are plain int64 (the state module's CacheSeqId; model_runner.h's SeqId wraps
+// the same value).
 // Errors: begin_step returns ResourceExhausted (pool short) / OutOfRange (context) /
 // InvalidArgument (tokens that contradict tokens given to attach_prefix), changing no state.
 // Thread safety: one thread drives it; KvBlocks views may be read concurrently during a step.

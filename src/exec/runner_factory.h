@@ -23,6 +23,11 @@ struct RunnerOptions {
   int64_t kv_cache_tokens = 0; // KV capacity in tokens over all sequences (0: 4 × context)
   bool progress = false;       // print loading progress for large files
   std::string name;            // served model name (default: directory basename)
+  // DeepSeek V4.1 prefix-cache hits: "stored" restores the stored boundary snapshot of window
+  // rings / compressor tails (exact), "replay" stores none and rebuilds them by bounded replay
+  // of the last window of tokens (approximate; docs/state.md §5), "replay-exact" replays the
+  // layers' whole window dependency cone instead (bit-identical). Other runners ignore it.
+  std::string prefix_restore = "stored";
 };
 
 // The architecture string of a model directory ("LlamaForCausalLM", ...).

@@ -80,6 +80,10 @@ void V41SequenceState::end_call(int64_t n_tokens) {
 }
 
 void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const {
+  if (pos < window_floor_) {  // before a bounded replay's start: a fresh ring row
+    std::fill_n(out, config_->head_dim, 0.0f);
+    return;
+  }
   if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
   const int64_t hd = config_->head_dim;
   const float* r = &legacy_->layers[layer].window[(pos % config_->window_size) * hd];
@@ -100,6 +104,7 @@ void V41SequenceState::read_compressed_rows(int owner, int64_t g0, int64_t n, fl
   std::copy_n(&v[g0 * hd], n * hd, out);
 }
 void V41SequenceState::write_compressed_row(int owner, int64_t g, const float* x) {
+  if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
   if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
   const int64_t hd = config_->head_dim;
   auto& v = legacy_->layers[owner].compressed;
@@ -116,6 +121,7 @@ void V41SequenceState::read_index_keys(int owner, int64_t g0, int64_t n, float* 
   std::copy_n(&v[g0 * id], n * id, out);
 }
 void V41SequenceState::write_index_key(int owner, int64_t g, const float* x) {
+  if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
   if (cm_) return cm_->write_index_key(seq_, owner, g, x);
   const int64_t id = config_->index_head_dim;
   auto& v = legacy_->layers[owner].index_keys;

@@ -23,6 +23,16 @@
 //   * legacy f32 mirror (the pre-port storage), kept behind a switch for A/B checks.
 // The one value kept outside the state module is published_index_owner (reference decode
 // quirk, V41ForwardOptions::decode_step): an owner-layer id, not inference data.
+// Bounded replay (DeepseekV41Runner, V41PrefixRestore::kReplayWindow): after a prefix hit of H
+// tokens the runner re-runs the tokens [H - R, H) through the normal forward on this state with
+//   * shared_prefix_end = H: compressed-KV / index-key rows that cover only positions < H are
+//     the prefix cache's (shared, immutable, exact); the forward's rewrites of them are
+//     skipped, so the replay rebuilds only the window rings and compressor tails;
+//   * window_floor = H - R: window rows of positions below it read as a fresh ring (zeros).
+//     The forward still lists them as window keys (a zero key scores 0 and adds value 0).
+//     Treating them as unreachable instead (a true sequence start at H - R) was tried and
+//     drifts slightly more on the tiny model (mean max |dlogit| 7.45 vs 6.73 at R = W,
+//     0.45 vs 0.39 at R = 128), so zeros are kept.
 // Errors: begin_call past the capacity -> ResourceExhausted. Misuse (reads of rows never
 // reserved) CHECKs in the cache manager.
 // Thread safety: owned by one sequence; not thread-safe.
@@ -88,6 +98,12 @@ class V41SequenceState {
   int published_index_owner() const { return published_index_owner_; }
   void set_published_index_owner(int l) { published_index_owner_ = l; }
 
+  // Bounded replay (see the file comment); 0 = off (the defaults).
+  void set_shared_prefix_end(int64_t pos) { shared_prefix_end_ = pos; }
+  int64_t shared_prefix_end() const { return shared_prefix_end_; }
+  void set_window_floor(int64_t pos) { window_floor_ = pos; }
+  int64_t window_floor() const { return window_floor_; }
+
   // Bytes held by this sequence (serving format for the state backends).
   int64_t bytes() const;
 
@@ -102,6 +118,8 @@ class V41SequenceState {
   std::unique_ptr<Legacy> legacy_;
   int64_t length_ = 0;
   int published_index_owner_ = -1;
+  int64_t shared_prefix_end_ = 0;
+  int64_t window_floor_ = 0;
 };
 
 }  // namespace strata

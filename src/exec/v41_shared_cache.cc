@@ -24,9 +24,34 @@ V41SharedCache::V41SharedCache(const StateGraph& graph, const V41RunnerCacheOpti
   co.snapshot_slots = o.prefix_cache ? std::max(0, o.snapshot_slots) : 0;
   co.prefix_cache = o.prefix_cache;
   co.prefix_salt = o.salt;
+  co.boundary_snapshots = o.restore == V41PrefixRestore::kStoredState;
+  if (!co.boundary_snapshots) co.snapshot_slots = 0;
   o_.max_seqs = co.max_seqs;
   cm_ = std::make_unique<CacheManager>(graph, co);
+  if (o_.replay_tokens < 0)
+    o_.replay_tokens = o.restore == V41PrefixRestore::kReplayExact ? replay_exact_tokens(graph)
+                                                                   : replay_window_tokens(graph);
+  for (int r : graph.growth_ratios())
+    STRATA_CHECK_MSG(o_.replay_tokens % r == 0, "replay_tokens {} is not a multiple of ratio {}",
+                     o_.replay_tokens, r);
 }
+
+const char* v41_prefix_restore_name(V41PrefixRestore r) {
+  switch (r) {
+    case V41PrefixRestore::kReplayWindow: return "replay";
+    case V41PrefixRestore::kReplayExact: return "replay-exact";
+    default: return "stored";
+  }
+}
+
+StatusOr<V41PrefixRestore> parse_v41_prefix_restore(const std::string& s) {
+  if (s == "stored") return V41PrefixRestore::kStoredState;
+  if (s == "replay") return V41PrefixRestore::kReplayWindow;
+  if (s == "replay-exact") return V41PrefixRestore::kReplayExact;
+  return invalid_argument("prefix restore '{}': expected stored, replay or replay-exact", s);
+}
+
+int64_t V41SharedCache::boundary_snapshot_bytes() const { return cm_->boundary_snapshot_bytes(); }
 
 V41SharedCache::~V41SharedCache() {
   if (inflight_) cm_->finish_step(inflight_->plan);

@@ -1,10 +1,19 @@
 // V41SharedCache: the one CacheManager (state/cache_manager.h) a DeepseekV41Runner keeps for
-// all its sequences, behind an int64-id interface (cache_manager.h and model_runner.h both
-// declare strata::SeqId / strata::StepItem, so the runner cannot include the former).
+// all its sequences, behind an int64-id interface (the manager's CacheSeqId; the runner's
+// SeqId.value).
 //
 // Sequences: start(seq, prompt, allow_hit) registers the ids and, with allow_hit, restores the
 // longest cached prefix (whole units of unit() tokens, at most prompt.size()-1; docs/state.md
-// §5); returns the positions now in state. begin(seq, n) plans and commits one step of the
+// §5); returns the positions now in state. What a hit restores depends on `restore`:
+//   kStoredState (default, exact): shared compressed-KV / index-key blocks plus a copy of the
+//     boundary snapshot (window rings, compressor tails, Engram history) stored where a step
+//     ended on the boundary; boundary_snapshot_bytes() per cached boundary.
+//   kReplayWindow (bounded replay, approximate): only the shared paged rows; no snapshots are
+//     stored (0 B per boundary), a hit may end at any published unit, and ring / fixed state
+//     starts fresh -- the caller (DeepseekV41Runner) rebuilds it by replaying replay_tokens()
+//     tokens before the boundary (default: one window, replay_window_tokens()).
+//   kReplayExact: the same with the default replay length replay_exact_tokens() (the layers'
+//     window dependency cone), which makes the rebuilt rings bit-identical to a cold run. begin(seq, n) plans and commits one step of the
 // next n known ids (one step in flight at a time); finish() publishes full blocks and, when
 // the step ended on a unit boundary, the boundary snapshot. release(seq) drops everything.
 // usage(lengths): bytes per state kind held by sequences of the given lengths, from the
@@ -27,6 +36,12 @@ namespace strata {
 class CacheManager;
 class StateGraph;
 
+enum class V41PrefixRestore : uint8_t { kStoredState, kReplayWindow, kReplayExact };
+
+// "stored" / "replay" / "replay-exact" (flag values of `strata serve --prefix-restore`).
+const char* v41_prefix_restore_name(V41PrefixRestore r);
+StatusOr<V41PrefixRestore> parse_v41_prefix_restore(const std::string& s);
+
 struct V41RunnerCacheOptions {
   int block_tokens = 0;     // prefix alignment unit; 0 = the state module's default
   int max_seqs = 16;        // running sequences (ring / fixed blocks)
@@ -34,6 +49,12 @@ struct V41RunnerCacheOptions {
   int snapshot_slots = 64;  // cached boundary snapshots (extra ring / fixed blocks per owner)
   bool prefix_cache = true;
   uint64_t salt = 0;        // tokenizer / checkpoint identity for the hash root
+  V41PrefixRestore restore = V41PrefixRestore::kStoredState;
+  // Replay policies: tokens replayed before the boundary; -1 = the policy's default
+  // (kReplayWindow: replay_window_tokens(graph), the smallest multiple of every ratio covering
+  // the window; kReplayExact: replay_exact_tokens(graph)); 0 = no replay, rings start empty
+  // (a drift baseline for measurements, not for serving). A multiple of every ratio.
+  int64_t replay_tokens = -1;
 };
 
 struct V41KindUsage {
@@ -52,6 +73,12 @@ class V41SharedCache {
   int64_t unit() const;
   int max_seqs() const { return o_.max_seqs; }
   bool prefix_cache() const { return o_.prefix_cache; }
+  V41PrefixRestore restore() const { return o_.restore; }
+  // Tokens a kReplayWindow hit recomputes before its boundary (the whole hit if shorter).
+  int64_t replay_tokens() const { return o_.replay_tokens; }
+  // Ring / fixed bytes stored per cached boundary (0 under kReplayWindow); every unit entry
+  // also shares unit() x bytes_per_token of paged rows under either policy.
+  int64_t boundary_snapshot_bytes() const;
 
   int64_t start(int64_t seq, std::span<const int32_t> prompt, bool allow_hit);
   void append(int64_t seq, std::span<const int32_t> ids);

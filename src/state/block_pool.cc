@@ -1,8 +1,12 @@
 // BlockPool. See block_pool.h.
 #include "state/block_pool.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -15,7 +19,41 @@ BlockPool::BlockPool(int64_t num_blocks, int64_t rows_per_block, int64_t row_byt
   free_.reserve(num_blocks);
   // LIFO: lowest ids come out first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
-  if (with_storage) arena_.assign(static_cast<size_t>(num_blocks * block_bytes()), 0);
+  const int64_t bytes = num_blocks * block_bytes();
+  if (with_storage && bytes > 0) {
+    // Lazy: address space only; the kernel zero-fills a page on first touch.
+    void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    STRATA_CHECK_MSG(p != MAP_FAILED, "BlockPool: cannot reserve {} bytes ({} blocks of {}): {}",
+                     bytes, num_blocks, block_bytes(), std::strerror(errno));
+    arena_ = static_cast<uint8_t*>(p);
+    arena_bytes_ = bytes;
+  }
+}
+
+BlockPool::~BlockPool() {
+  if (arena_) munmap(arena_, static_cast<size_t>(arena_bytes_));
+}
+
+BlockPool::BlockPool(BlockPool&& o) noexcept
+    : rows_per_block_(o.rows_per_block_),
+      row_bytes_(o.row_bytes_),
+      refcount_(std::move(o.refcount_)),
+      free_(std::move(o.free_)),
+      arena_(std::exchange(o.arena_, nullptr)),
+      arena_bytes_(std::exchange(o.arena_bytes_, 0)) {}
+
+BlockPool& BlockPool::operator=(BlockPool&& o) noexcept {
+  if (this != &o) {
+    if (arena_) munmap(arena_, static_cast<size_t>(arena_bytes_));
+    rows_per_block_ = o.rows_per_block_;
+    row_bytes_ = o.row_bytes_;
+    refcount_ = std::move(o.refcount_);
+    free_ = std::move(o.free_);
+    arena_ = std::exchange(o.arena_, nullptr);
+    arena_bytes_ = std::exchange(o.arena_bytes_, 0);
+  }
+  return *this;
 }
 
 BlockId BlockPool::allocate() {
@@ -43,7 +81,7 @@ bool BlockPool::unref(BlockId b) {
 
 uint8_t* BlockPool::row(BlockId b, int64_t r) {
   STRATA_CHECK(has_storage() && b >= 0 && b < num_blocks() && r >= 0 && r < rows_per_block_);
-  return arena_.data() + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
+  return arena_ + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
 }
 const uint8_t* BlockPool::row(BlockId b, int64_t r) const {
   return const_cast<BlockPool*>(this)->row(b, r);

@@ -4,9 +4,13 @@
 // (sequence table, prefix-cache entry or in-flight step lease) drops it, so a slot is never
 // reused before its last consumer finished. Storage (the byte arena) is optional: metadata-only
 // pools serve capacity planning, tests and benchmarks.
+// The arena is reserved lazily: one anonymous private mapping (mmap, MAP_NORESERVE) of
+// num_blocks x block_bytes, so creating a pool costs address space only; a page becomes
+// resident (zero-filled by the kernel) when a block on it is first written. Row pointers are
+// stable for the pool's lifetime (the mapping never moves). Never-written rows read as zero.
 // Errors: allocation from an empty pool and unbalanced unref are CHECK failures (callers plan
-// first and get a typed out-of-blocks outcome instead). Thread safety: none (owned by one
-// CacheManager, which is single-threaded).
+// first and get a typed out-of-blocks outcome instead); a refused mapping is a CHECK failure
+// naming the size. Thread safety: none (owned by one CacheManager, which is single-threaded).
 #pragma once
 
 #include <cstdint>
@@ -21,13 +25,21 @@ using BlockId = int32_t;
 class BlockPool {
  public:
   BlockPool(int64_t num_blocks, int64_t rows_per_block, int64_t row_bytes, bool with_storage);
+  ~BlockPool();
+  BlockPool(BlockPool&& o) noexcept;
+  BlockPool& operator=(BlockPool&& o) noexcept;
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
 
   int64_t num_blocks() const { return static_cast<int64_t>(refcount_.size()); }
   int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
   int64_t rows_per_block() const { return rows_per_block_; }
   int64_t row_bytes() const { return row_bytes_; }
   int64_t block_bytes() const { return rows_per_block_ * row_bytes_; }
-  bool has_storage() const { return !arena_.empty(); }
+  bool has_storage() const { return arena_ != nullptr; }
+  // Bytes of address space reserved for the arena (0 without storage); resident memory is
+  // only what has been touched.
+  int64_t arena_bytes() const { return arena_bytes_; }
 
   // Takes a free block (refcount 0 -> 1). CHECKs that one is free.
   BlockId allocate();
@@ -49,7 +61,8 @@ class BlockPool {
   int64_t row_bytes_;
   std::vector<int32_t> refcount_;
   std::vector<BlockId> free_;
-  std::vector<uint8_t> arena_;
+  uint8_t* arena_ = nullptr;  // mmap'd, arena_bytes_ long; null = no storage
+  int64_t arena_bytes_ = 0;
 };
 
 }  // namespace strata

@@ -31,6 +31,28 @@ int default_block_tokens(const StateGraph& g) {
   return static_cast<int>(ceil_div(floor_tokens, l) * l);
 }
 
+int64_t replay_window_tokens(const StateGraph& g) {
+  int64_t l = 1, w = 0;
+  for (const auto& o : g.owners()) {
+    if (o.spec.grows()) l = std::lcm(l, static_cast<int64_t>(o.spec.ratio));
+    if (o.kind == StateKind::kWindowKv) w = std::max<int64_t>(w, o.spec.rows_fixed);
+  }
+  return w == 0 ? 0 : ceil_div(w, l) * l;
+}
+
+int64_t replay_exact_tokens(const StateGraph& g) {
+  int64_t l = 1, w = 0, n = 0;
+  for (const auto& o : g.owners()) {
+    if (o.spec.grows()) l = std::lcm(l, static_cast<int64_t>(o.spec.ratio));
+    if (o.kind == StateKind::kWindowKv && o.stage == Stage::kBackbone) {
+      w = std::max<int64_t>(w, o.spec.rows_fixed);
+      ++n;
+    }
+  }
+  if (w == 0) return 0;
+  return ceil_div(w + (n - 1) * (w - 1), l) * l;
+}
+
 struct CacheManager::Seq {
   std::vector<int32_t> tokens;
   int64_t computed = 0;
@@ -59,13 +81,14 @@ struct CacheManager::Impl {
   std::vector<char> paged;         // per owner
   std::vector<char> ringfixed;     // per owner (with storage)
   std::vector<OwnerId> paged_owners;  // owners with paged (growing) storage
-  std::unordered_map<SeqId, Seq> seqs;
+  std::unordered_map<CacheSeqId, Seq> seqs;
   std::unordered_map<uint64_t, Entry> entries;
   uint64_t root_key = 0;
   uint64_t generation = 1;
   mutable uint64_t next_plan_id = 1;
   uint64_t lru_clock = 0;
   bool any_ringfixed = false;
+  bool snapshots = true;  // CacheOptions::boundary_snapshots (and some ring/fixed owner)
 };
 
 CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
@@ -106,12 +129,13 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     I.ringfixed[o.id] = s.fixed();
     I.any_ringfixed |= s.fixed();
   }
+  I.snapshots = opts_.boundary_snapshots && I.any_ringfixed;
   for (size_t p = 0; p < I.pool_info.size(); ++p) {
     PoolInfo& pi = I.pool_info[p];
     const bool grows = pi.kind == StateKind::kCompressedKv || pi.kind == StateKind::kIndexKeys ||
                        pi.kind == StateKind::kPlainKv;
     int64_t per_owner = grows ? ceil_div(opts_.max_tokens, block_tokens_) + opts_.max_seqs
-                              : opts_.max_seqs + opts_.snapshot_slots;
+                              : opts_.max_seqs + (I.snapshots ? opts_.snapshot_slots : 0);
     pi.num_blocks = per_owner * owners_in_pool[p];
     I.pools.emplace_back(pi.num_blocks, pi.rows_per_block, pi.row_bytes, opts_.allocate_storage);
   }
@@ -127,6 +151,7 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
 CacheManager::~CacheManager() = default;
 
 int64_t CacheManager::boundary_snapshot_bytes() const {
+  if (!impl_->snapshots) return 0;
   int64_t b = 0;
   for (const auto& o : graph_.owners())
     if (impl_->ringfixed[o.id]) b += o.spec.bytes_per_request();
@@ -135,7 +160,7 @@ int64_t CacheManager::boundary_snapshot_bytes() const {
 
 // ---------------- sequences ----------------
 
-void CacheManager::add_sequence(SeqId seq, const std::vector<int32_t>& prompt) {
+void CacheManager::add_sequence(CacheSeqId seq, const std::vector<int32_t>& prompt) {
   STRATA_CHECK_MSG(!impl_->seqs.count(seq), "sequence {} already exists", seq);
   Seq s;
   s.tokens = prompt;
@@ -143,20 +168,20 @@ void CacheManager::add_sequence(SeqId seq, const std::vector<int32_t>& prompt) {
   impl_->seqs.emplace(seq, std::move(s));
 }
 
-void CacheManager::append_tokens(SeqId seq, const std::vector<int32_t>& ids) {
+void CacheManager::append_tokens(CacheSeqId seq, const std::vector<int32_t>& ids) {
   auto it = impl_->seqs.find(seq);
   STRATA_CHECK_MSG(it != impl_->seqs.end(), "unknown sequence {}", seq);
   it->second.tokens.insert(it->second.tokens.end(), ids.begin(), ids.end());
 }
 
-bool CacheManager::has_sequence(SeqId seq) const { return impl_->seqs.count(seq) > 0; }
+bool CacheManager::has_sequence(CacheSeqId seq) const { return impl_->seqs.count(seq) > 0; }
 
-int64_t CacheManager::num_computed(SeqId seq) const { return impl_->seqs.at(seq).computed; }
-int64_t CacheManager::num_known(SeqId seq) const {
+int64_t CacheManager::num_computed(CacheSeqId seq) const { return impl_->seqs.at(seq).computed; }
+int64_t CacheManager::num_known(CacheSeqId seq) const {
   return static_cast<int64_t>(impl_->seqs.at(seq).tokens.size());
 }
 
-void CacheManager::release(SeqId seq) {
+void CacheManager::release(CacheSeqId seq) {
   auto it = impl_->seqs.find(seq);
   STRATA_CHECK_MSG(it != impl_->seqs.end(), "release of unknown sequence {}", seq);
   if (it->second.in_flight) {  // the step still reads/writes: keep everything until it ends
@@ -179,7 +204,7 @@ uint64_t chain_key(uint64_t parent, const int32_t* ids, int64_t n) {
 
 // ---------------- plan / commit ----------------
 
-StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
+StepPlan CacheManager::plan_step(const std::vector<CacheStepItem>& items) const {
   const Impl& I = *impl_;
   StepPlan p;
   p.generation = I.generation;
@@ -187,9 +212,9 @@ StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
   const auto& owners = graph_.owners();
   std::vector<int64_t> need(I.pools.size(), 0);
   std::set<uint64_t> pinned;  // entries a hit in this plan uses
-  std::set<SeqId> seen;
+  std::set<CacheSeqId> seen;
   const int64_t u = block_tokens_;
-  for (const StepItem& it : items) {
+  for (const CacheStepItem& it : items) {
     auto sit = I.seqs.find(it.seq);
     STRATA_CHECK_MSG(sit != I.seqs.end(), "plan_step: unknown sequence {}", it.seq);
     STRATA_CHECK_MSG(seen.insert(it.seq).second, "plan_step: sequence {} twice", it.seq);
@@ -212,7 +237,7 @@ StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
               !std::equal(e->second.tokens.begin(), e->second.tokens.end(),
                           s.tokens.begin() + k * u))
             break;
-          if (!I.any_ringfixed || !e->second.snapshot.empty()) best = k + 1;
+          if (!I.snapshots || !e->second.snapshot.empty()) best = k + 1;
         }
         key = I.root_key;
         for (int64_t k = 0; k < best; ++k) {
@@ -226,7 +251,7 @@ StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
       for (const auto& o : owners)
         if (I.ringfixed[o.id]) {
           ++need[I.pool_of[o.id]];
-          if (best > 0) ++p.copies;
+          if (best > 0 && I.snapshots) ++p.copies;
         }
     } else {
       sp.start_pos = s.computed;
@@ -322,7 +347,7 @@ StepPlan CacheManager::plan_step(const std::vector<StepItem>& items) const {
   return p;
 }
 
-int64_t CacheManager::suggest_chunk(SeqId seq, int64_t max_tokens) const {
+int64_t CacheManager::suggest_chunk(CacheSeqId seq, int64_t max_tokens) const {
   const Seq& s = impl_->seqs.at(seq);
   const int64_t len = static_cast<int64_t>(s.tokens.size());
   const int64_t start = s.started ? s.computed : plan_step({{seq, 1}}).seqs[0].start_pos;
@@ -381,7 +406,7 @@ void CacheManager::commit(const StepPlan& plan) {
         } else {
           BlockId b = I.pools[p].allocate();
           s.tables[o.id].push_back(b);
-          if (!chain.empty()) {
+          if (!chain.empty() && I.snapshots) {
             I.pools[p].copy_block(b, chain.back()->snapshot[o.id]);
           } else if (I.pools[p].has_storage()) {
             // Fresh state: zeros; compressor score = -inf; Engram history = -2.
@@ -469,7 +494,7 @@ void CacheManager::finish_step(const StepPlan& plan) {
     s.published = done;
     s.last_key = key;
     // Boundary snapshot when the step ended exactly on a unit boundary.
-    if (I.any_ringfixed && done == full && full > 0 && s.computed == full * u) {
+    if (I.snapshots && done == full && full > 0 && s.computed == full * u) {
       auto e = I.entries.find(key);
       if (e != I.entries.end() && e->second.snapshot.empty()) {
         bool room = true;
@@ -536,7 +561,7 @@ struct RowLoc {
                    "seq {} owner {}: row {} not allocated", SEQ, OWNER, ROW);                  \
   RowLoc LOC{&pool_, tab_[blk_], r_};
 
-void CacheManager::write_row(SeqId seq, OwnerId owner, int64_t row, const float* x) {
+void CacheManager::write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x) {
   STRATA_ROW_LOC(seq, owner, row, loc);
   STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
                    "write into shared block (seq {}, {} row {}): shared blocks are immutable",
@@ -544,12 +569,12 @@ void CacheManager::write_row(SeqId seq, OwnerId owner, int64_t row, const float*
   encode_state_row(graph_.owner(owner).spec, x, loc.pool->row(loc.block, loc.row));
 }
 
-void CacheManager::read_row(SeqId seq, OwnerId owner, int64_t row, float* out) const {
+void CacheManager::read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* out) const {
   STRATA_ROW_LOC(seq, owner, row, loc);
   decode_state_row(graph_.owner(owner).spec, loc.pool->row(loc.block, loc.row), out);
 }
 
-const uint8_t* CacheManager::raw_row(SeqId seq, OwnerId owner, int64_t row) const {
+const uint8_t* CacheManager::raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const {
   STRATA_ROW_LOC(seq, owner, row, loc);
   return loc.pool->row(loc.block, loc.row);
 }
@@ -562,38 +587,38 @@ OwnerId need_owner(const StateGraph& g, StateKind k, int layer) {
 }
 }  // namespace
 
-void CacheManager::write_window_row(SeqId seq, int layer, int64_t pos, const float* x) {
+void CacheManager::write_window_row(CacheSeqId seq, int layer, int64_t pos, const float* x) {
   write_row(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos, x);
 }
-void CacheManager::read_window_row(SeqId seq, int layer, int64_t pos, float* out) const {
+void CacheManager::read_window_row(CacheSeqId seq, int layer, int64_t pos, float* out) const {
   read_row(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos, out);
 }
-void CacheManager::read_window(SeqId seq, int layer, float* out) const {
+void CacheManager::read_window(CacheSeqId seq, int layer, float* out) const {
   OwnerId o = need_owner(graph_, StateKind::kWindowKv, layer);
   const StateSpec& s = graph_.owner(o).spec;
   for (int slot = 0; slot < s.rows_fixed; ++slot)
     read_row(seq, o, slot, out + static_cast<int64_t>(slot) * s.row_elems);
 }
-void CacheManager::write_compressed_row(SeqId seq, int owner_layer, int64_t g, const float* x) {
+void CacheManager::write_compressed_row(CacheSeqId seq, int owner_layer, int64_t g, const float* x) {
   write_row(seq, need_owner(graph_, StateKind::kCompressedKv, owner_layer), g, x);
 }
-void CacheManager::read_compressed_rows(SeqId seq, int owner_layer, int64_t g0, int64_t n,
+void CacheManager::read_compressed_rows(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n,
                                         float* out) const {
   OwnerId o = need_owner(graph_, StateKind::kCompressedKv, owner_layer);
   const int w = graph_.owner(o).spec.row_elems;
   for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
 }
-void CacheManager::write_index_key(SeqId seq, int owner_layer, int64_t g, const float* x) {
+void CacheManager::write_index_key(CacheSeqId seq, int owner_layer, int64_t g, const float* x) {
   write_row(seq, need_owner(graph_, StateKind::kIndexKeys, owner_layer), g, x);
 }
-void CacheManager::read_index_keys(SeqId seq, int owner_layer, int64_t g0, int64_t n,
+void CacheManager::read_index_keys(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n,
                                    float* out) const {
   OwnerId o = need_owner(graph_, StateKind::kIndexKeys, owner_layer);
   const int w = graph_.owner(o).spec.row_elems;
   for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
 }
 
-void CacheManager::get_compressor_state(SeqId seq, int layer, bool index, float* kv,
+void CacheManager::get_compressor_state(CacheSeqId seq, int layer, bool index, float* kv,
                                         float* score) const {
   OwnerId o = need_owner(
       graph_, index ? StateKind::kIndexCompressorState : StateKind::kCompressorState, layer);
@@ -606,7 +631,7 @@ void CacheManager::get_compressor_state(SeqId seq, int layer, bool index, float*
     std::copy(row.begin() + w, row.end(), score + static_cast<int64_t>(r) * w);
   }
 }
-void CacheManager::set_compressor_state(SeqId seq, int layer, bool index, const float* kv,
+void CacheManager::set_compressor_state(CacheSeqId seq, int layer, bool index, const float* kv,
                                         const float* score) {
   OwnerId o = need_owner(
       graph_, index ? StateKind::kIndexCompressorState : StateKind::kCompressorState, layer);
@@ -621,14 +646,14 @@ void CacheManager::set_compressor_state(SeqId seq, int layer, bool index, const 
   }
 }
 
-void CacheManager::get_engram_history(SeqId seq, int32_t* ids) const {
+void CacheManager::get_engram_history(CacheSeqId seq, int32_t* ids) const {
   OwnerId o = need_owner(graph_, StateKind::kEngramHistory, -1);
   const StateSpec& s = graph_.owner(o).spec;
   std::vector<float> row(s.row_elems);
   read_row(seq, o, 0, row.data());
   for (int i = 0; i < s.row_elems; ++i) ids[i] = static_cast<int32_t>(row[i]);
 }
-void CacheManager::set_engram_history(SeqId seq, const int32_t* ids) {
+void CacheManager::set_engram_history(CacheSeqId seq, const int32_t* ids) {
   OwnerId o = need_owner(graph_, StateKind::kEngramHistory, -1);
   const StateSpec& s = graph_.owner(o).spec;
   std::vector<float> row(s.row_elems);

@@ -28,8 +28,9 @@
 // compressed KV and index-key rows up to the boundary by sharing blocks, and the window rings,
 // compressor tails and Engram history by copying the boundary snapshot (exact; its size is
 // boundary_snapshot_bytes()). Hit length = the largest boundary k*unit with a snapshot (if
-// the model has ring/fixed state) and k*unit <= len-1 (at least one token is computed so the
-// step produces logits). Eviction, only when a free list is short (so freed transient blocks
+// the model has ring/fixed state and CacheOptions::boundary_snapshots is on; with it off, the
+// largest published one, ring/fixed state starting fresh) and k*unit <= len-1 (at least one
+// token is computed so the step produces logits). Eviction, only when a free list is short (so freed transient blocks
 // are reused before cached blocks are evicted, field bug 4): first LRU boundary snapshots (no
 // dependents), then LRU leaf entries that actually free a block of a short pool.
 //
@@ -50,7 +51,10 @@
 
 namespace strata {
 
-using SeqId = int64_t;
+// Sequence id and step item of the state module. Named apart from exec/model_runner.h's
+// SeqId / StepItem (the scheduler's view) so both headers can be included together; a
+// runner passes SeqId::value as the CacheSeqId.
+using CacheSeqId = int64_t;
 
 struct CacheOptions {
   int block_tokens = 0;          // alignment unit; 0 = default (see default_block_tokens)
@@ -60,20 +64,41 @@ struct CacheOptions {
   bool allocate_storage = true;  // false = metadata only (tests, benchmarks, inspect)
   bool prefix_cache = true;
   uint64_t prefix_salt = 0;      // tokenizer / checkpoint identity
+  // Prefix-hit restore policy for ring / fixed state (windows, compressor tails, Engram
+  // history). true (default, exact): a boundary snapshot of them is stored with the block at
+  // which a step ended, and a hit needs one. false (bounded replay, approximate): nothing
+  // beyond the paged rows is stored (boundary_snapshot_bytes() == 0, no snapshot_slots
+  // blocks); a hit may end at ANY published unit and starts ring / fixed owners fresh
+  // (zeros, compressor score -inf, Engram history -2); the caller rebuilds them (for V4.1:
+  // DeepseekV41Runner replays replay_window_tokens() tokens before the boundary).
+  bool boundary_snapshots = true;
 };
+
+// Tokens a bounded-replay restore recomputes before a prefix-hit boundary: the smallest
+// multiple of every growth ratio that covers the widest window ring (0 if the graph has no
+// window). Starting the replay at such a position starts every non-overlapping compressor on
+// a group boundary, where its partial state (kv 0 / score -inf) is exactly fresh.
+int64_t replay_window_tokens(const StateGraph& g);
+// Tokens after which a replay is EXACT for a stack of N backbone layers that each attend over
+// a window of W positions and read everything else (compressed rows, index keys) from the
+// cache: the ring of layer l at position p depends on tokens back to p - l*(W-1), so the
+// rings at a boundary H depend on tokens [H - W - (N-1)(W-1), H) only. W + (N-1)(W-1), rounded
+// up to a multiple of every growth ratio (0 without windows). V4.1-Flash: 128 + 39*127 = 5081
+// -> 5082; tiny V4.1: 16 + 11*15 = 181 -> 182.
+int64_t replay_exact_tokens(const StateGraph& g);
 
 // Smallest multiple of every growth ratio that is >= 64 tokens (16 for plain KV models).
 int default_block_tokens(const StateGraph& g);
 
 enum class PlanOutcome : uint8_t { kOk, kOutOfBlocks };
 
-struct StepItem {
-  SeqId seq = 0;
+struct CacheStepItem {
+  CacheSeqId seq = 0;
   int64_t max_tokens = 0;  // process up to this many tokens of the sequence's known ids
 };
 
 struct SeqStepPlan {
-  SeqId seq = 0;
+  CacheSeqId seq = 0;
   int64_t start_pos = 0;   // first position computed this step (after any prefix hit)
   int64_t num_tokens = 0;  // positions [start_pos, start_pos + num_tokens)
   int64_t hit_tokens = 0;  // > 0 only on a sequence's first step
@@ -110,24 +135,26 @@ class CacheManager {
 
   const StateGraph& graph() const { return graph_; }
   int block_tokens() const { return block_tokens_; }
-  int64_t boundary_snapshot_bytes() const;  // bytes stored per cached boundary
+  // Bytes of ring / fixed state stored per cached boundary (0 with boundary_snapshots off);
+  // on top of the paged rows every unit entry shares (block_tokens x bytes_per_token).
+  int64_t boundary_snapshot_bytes() const;
 
   // ---- sequences ----
-  void add_sequence(SeqId seq, const std::vector<int32_t>& prompt);
-  void append_tokens(SeqId seq, const std::vector<int32_t>& ids);
-  bool has_sequence(SeqId seq) const;
-  int64_t num_computed(SeqId seq) const;  // positions whose state is written (after commit)
-  int64_t num_known(SeqId seq) const;     // token ids known
+  void add_sequence(CacheSeqId seq, const std::vector<int32_t>& prompt);
+  void append_tokens(CacheSeqId seq, const std::vector<int32_t>& ids);
+  bool has_sequence(CacheSeqId seq) const;
+  int64_t num_computed(CacheSeqId seq) const;  // positions whose state is written (after commit)
+  int64_t num_known(CacheSeqId seq) const;     // token ids known
   // Drops everything the sequence holds (finish, cancel, preempt). A preempted request is
   // re-added with add_sequence and may hit its own published prefix.
-  void release(SeqId seq);
+  void release(CacheSeqId seq);
 
   // ---- plan / commit ----
-  StepPlan plan_step(const std::vector<StepItem>& items) const;
+  StepPlan plan_step(const std::vector<CacheStepItem>& items) const;
   // Scheduler helper: the largest chunk <= max_tokens for an idle sequence that does not step
   // over its last cacheable boundary floor((len-1)/unit)*unit without ending on it, so the
   // boundary snapshot is stored and a re-sent prompt hits that many tokens (field bug 1).
-  int64_t suggest_chunk(SeqId seq, int64_t max_tokens) const;
+  int64_t suggest_chunk(CacheSeqId seq, int64_t max_tokens) const;
   void commit(const StepPlan& plan);
   void finish_step(const StepPlan& plan);
 
@@ -135,30 +162,30 @@ class CacheManager {
   // Generic: owner-level row access. For ring owners `row` is the absolute position (slot =
   // pos mod W); for growing owners the compressed row index g (position g*ratio); for fixed
   // owners the slot index. CHECKs the row is allocated to `seq`.
-  void write_row(SeqId seq, OwnerId owner, int64_t row, const float* x);
-  void read_row(SeqId seq, OwnerId owner, int64_t row, float* out) const;
+  void write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x);
+  void read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* out) const;
   // Serving-format bytes of one row (row_bytes of the owner's spec), for kernels that consume
   // the packed format directly. Valid until the sequence is released.
-  const uint8_t* raw_row(SeqId seq, OwnerId owner, int64_t row) const;
+  const uint8_t* raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const;
   // Window KV of `layer` (its own ring): slot pos mod W.
-  void write_window_row(SeqId seq, int layer, int64_t pos, const float* x);
-  void read_window_row(SeqId seq, int layer, int64_t pos, float* out) const;
+  void write_window_row(CacheSeqId seq, int layer, int64_t pos, const float* x);
+  void read_window_row(CacheSeqId seq, int layer, int64_t pos, float* out) const;
   // The whole ring of `layer` in slot order, out[W * head_dim] (slot s holds the latest
   // position p with p mod W == s; never-written slots read 0).
-  void read_window(SeqId seq, int layer, float* out) const;
+  void read_window(CacheSeqId seq, int layer, float* out) const;
   // Compressed KV / index keys of OWNER layer `owner_layer` (consumers pass their kv_owner /
   // index_key_owner from LayerSchedule). Rows [g0, g0+n) into out[n * row_elems].
-  void write_compressed_row(SeqId seq, int owner_layer, int64_t g, const float* x);
-  void read_compressed_rows(SeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
-  void write_index_key(SeqId seq, int owner_layer, int64_t g, const float* x);
-  void read_index_keys(SeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
+  void write_compressed_row(CacheSeqId seq, int owner_layer, int64_t g, const float* x);
+  void read_compressed_rows(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
+  void write_index_key(CacheSeqId seq, int owner_layer, int64_t g, const float* x);
+  void read_index_keys(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n, float* out) const;
   // Compressor partial state of `layer` (index=true: V4 indexer compressor): kv and score are
   // [rows_fixed, width] f32 each. Fresh sequences read kv = 0, score = -inf.
-  void get_compressor_state(SeqId seq, int layer, bool index, float* kv, float* score) const;
-  void set_compressor_state(SeqId seq, int layer, bool index, const float* kv, const float* score);
+  void get_compressor_state(CacheSeqId seq, int layer, bool index, float* kv, float* score) const;
+  void set_compressor_state(CacheSeqId seq, int layer, bool index, const float* kv, const float* score);
   // Engram history: (max_ngram-1) int32, newest last; fresh = all -2 (before start).
-  void get_engram_history(SeqId seq, int32_t* ids) const;
-  void set_engram_history(SeqId seq, const int32_t* ids);
+  void get_engram_history(CacheSeqId seq, int32_t* ids) const;
+  void set_engram_history(CacheSeqId seq, const int32_t* ids);
 
   // ---- introspection ----
   std::vector<PoolInfo> pools() const;

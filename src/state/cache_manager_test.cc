@@ -51,7 +51,7 @@ std::vector<float> expect_row(const StateSpec& s, uint64_t h) {
 }
 
 // Verifies what a step at [start, end) would read, then writes what it produces.
-void fake_forward(CacheManager& cm, SeqId seq, const std::vector<int32_t>& toks, int64_t start,
+void fake_forward(CacheManager& cm, CacheSeqId seq, const std::vector<int32_t>& toks, int64_t start,
                   int64_t end) {
   const StateGraph& g = cm.graph();
   for (const auto& o : g.owners()) {
@@ -109,13 +109,58 @@ void fake_forward(CacheManager& cm, SeqId seq, const std::vector<int32_t>& toks,
   }
 }
 
+// Bounded-replay restore (CacheOptions::boundary_snapshots = false) after a hit of `hit`
+// tokens: the ring / fixed owners must start fresh (window 0, compressor kv 0 / score -inf,
+// Engram -2); the caller then rebuilds them -- here by writing what a cold run holds at
+// `hit`, so the fake forward that follows verifies every restored paged row as usual.
+void fake_replay(CacheManager& cm, CacheSeqId seq, const std::vector<int32_t>& toks,
+                 int64_t hit) {
+  for (const auto& o : cm.graph().owners()) {
+    const StateSpec& s = o.spec;
+    if (!s.fixed() || s.row_bytes == 0 || s.rows_fixed == 0) continue;
+    const uint64_t salt = static_cast<uint64_t>(o.id) * 7919u;
+    std::vector<float> got(s.row_elems);
+    for (int r = 0; r < s.rows_fixed; ++r) {
+      cm.read_row(seq, o.id, r, got.data());
+      for (int i = 0; i < s.row_elems; ++i) {
+        const bool cstate = o.kind == StateKind::kCompressorState ||
+                            o.kind == StateKind::kIndexCompressorState;
+        const float fresh = o.kind == StateKind::kEngramHistory ? -2.f
+                            : (cstate && i >= s.row_elems / 2) ? -INFINITY
+                                                               : 0.f;
+        ASSERT_EQ(got[i], fresh) << o.label << " row " << r << " elem " << i;
+      }
+    }
+    if (o.kind == StateKind::kWindowKv) {
+      for (int64_t p = std::max<int64_t>(0, hit - s.rows_fixed); p < hit; ++p) {
+        auto x = fake_row(prefix_hash(toks, p + 1, salt), s.row_elems);
+        cm.write_row(seq, o.id, p, x.data());
+      }
+    } else if (o.kind == StateKind::kCompressorState ||
+               o.kind == StateKind::kIndexCompressorState) {
+      for (int r = 0; r < s.rows_fixed; ++r) {
+        auto x = fake_row(prefix_hash(toks, hit, salt + r), s.row_elems);
+        cm.write_row(seq, o.id, r, x.data());
+      }
+    } else if (o.kind == StateKind::kEngramHistory) {
+      std::vector<float> h(s.row_elems);
+      for (int i = 0; i < s.row_elems; ++i) {
+        const int64_t p = hit - s.row_elems + i;
+        h[i] = p < 0 ? -2.f : static_cast<float>(toks[p]);
+      }
+      cm.write_row(seq, o.id, 0, h.data());
+    }
+  }
+}
+
 // One step for one sequence: plan, commit, fake forward, finish.
-SeqStepPlan run_step(CacheManager& cm, SeqId seq, const std::vector<int32_t>& toks,
+SeqStepPlan run_step(CacheManager& cm, CacheSeqId seq, const std::vector<int32_t>& toks,
                      int64_t max_tokens) {
   StepPlan p = cm.plan_step({{seq, max_tokens}});
   EXPECT_EQ(p.outcome, PlanOutcome::kOk) << p.shortfall;
   cm.commit(p);
   const auto& sp = p.seqs[0];
+  if (sp.hit_tokens > 0 && cm.boundary_snapshot_bytes() == 0) fake_replay(cm, seq, toks, sp.hit_tokens);
   fake_forward(cm, seq, toks, sp.start_pos, sp.start_pos + sp.num_tokens);
   cm.finish_step(p);
   cm.check_invariants();
@@ -234,6 +279,49 @@ TEST(CacheManager, BasicHitNeedsBoundarySnapshot) {
   EXPECT_EQ(a.plan_step({{2, 17}}).seqs[0].hit_tokens, 16);
 }
 
+// Bounded-replay policy: no boundary snapshots (0 bytes, no snapshot blocks), so a hit may end
+// at any published unit, not only where a step ended; ring / fixed owners start fresh.
+TEST(CacheManager, ReplayPolicyHitsAnyPublishedUnit) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  CacheOptions o{.block_tokens = 8, .max_seqs = 3, .snapshot_slots = 5, .prefix_salt = 1};
+  o.boundary_snapshots = false;
+  CacheManager a(*g, o);
+  EXPECT_EQ(a.boundary_snapshot_bytes(), 0);
+  CacheManager stored(*g, CacheOptions{.block_tokens = 8, .max_seqs = 3, .snapshot_slots = 5});
+  // Tiny V4.1: 12 window rings of 16 x (64 + 2) B, 2 compressor tails of 2 x 128 x 4 B, 3 DSpark
+  // rings, Engram 3 x 4 B (max_ngram 4).
+  EXPECT_EQ(stored.boundary_snapshot_bytes(), 15LL * 16 * 66 + 2LL * 2 * 128 * 4 + 3 * 4);
+  // Ring / fixed pools hold max_seqs blocks per owner (no snapshot slots).
+  for (const PoolInfo& p : a.pools())
+    if (p.kind == StateKind::kWindowKv)
+      EXPECT_EQ(p.num_blocks, 3 * static_cast<int64_t>(p.owners.size()));
+  std::vector<int32_t> toks(17, 4);
+  for (int i = 0; i < 17; ++i) toks[i] = 3 + (i * 5) % 11;
+  a.add_sequence(1, toks);
+  run_step(a, 1, toks, 17);  // one chunk: units 8 and 16 published, no step ended there
+  a.add_sequence(2, toks);
+  EXPECT_EQ(a.plan_step({{2, 17}}).seqs[0].hit_tokens, 16);
+  EXPECT_EQ(a.plan_step({{2, 17}}).copies, 0);
+  const auto sp = run_step(a, 2, toks, 17);  // fake_replay checks fresh ring / fixed state
+  EXPECT_EQ(sp.hit_tokens, 16);
+  a.release(1);
+  a.release(2);
+  a.clear_prefix_cache();
+  a.check_invariants();
+  EXPECT_EQ(a.total_free_blocks(), a.total_blocks());
+  EXPECT_EQ(replay_window_tokens(*g), 16);  // window 16, ratios {1, 2}
+  EXPECT_EQ(replay_exact_tokens(*g), 182);  // 16 + 11 x 15 = 181 (12 backbone layers), even
+}
+
+TEST(CacheManager, ReplayLengthsOfV41Flash) {
+  auto c = load_deepseek_config(src_dir() + "/testdata/configs/deepseek-v4.1-flash.config.json");
+  if (!c.ok()) GTEST_SKIP();
+  auto g = StateGraph::from_deepseek(*c);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(replay_window_tokens(*g), 128);          // W = 128, ratios {1, 2}
+  EXPECT_EQ(replay_exact_tokens(*g), 128 + 39 * 127 + 1);  // 40 backbone layers; 5081 -> even
+}
+
 TEST(CacheManager, OutOfBlocksIsTypedAndRecoverable) {
   LlamaStateDesc d{.n_layers = 2, .n_kv_heads = 1, .head_dim = 4};
   auto g = StateGraph::from_llama(d);
@@ -325,8 +413,9 @@ struct RefSeq {
 };
 
 void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_t seed,
-                int n_ops) {
+                int n_ops, bool snapshots = true) {
   CacheOptions o;
+  o.boundary_snapshots = snapshots;
   o.block_tokens = unit;
   o.max_seqs = roomy ? 64 : 4;
   o.max_tokens = roomy ? 1 << 15 : 6 * unit;
@@ -334,10 +423,10 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
   o.allocate_storage = storage;
   CacheManager cm(g, o);
   std::mt19937 rng(seed);
-  std::map<SeqId, RefSeq> ref;
+  std::map<CacheSeqId, RefSeq> ref;
   std::map<uint64_t, StepPlan> inflight;  // plan id -> plan
-  std::set<SeqId> busy;
-  std::set<SeqId> cancelled;  // released while in flight: gone at finish, never published
+  std::set<CacheSeqId> busy;
+  std::set<CacheSeqId> cancelled;  // released while in flight: gone at finish, never published
   // Reference prefix cache (exact in roomy mode: no eviction): unit prefixes published, and
   // the boundaries that carry a snapshot.
   std::set<std::vector<int32_t>> published, snap;
@@ -348,7 +437,7 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
     for (auto& t : b) t = 3 + rng() % 5;
     bases.push_back(b);
   }
-  SeqId next = 1;
+  CacheSeqId next = 1;
   int hits = 0, ooms = 0;
   auto finish = [&](uint64_t id) {
     StepPlan p = inflight.at(id);
@@ -385,7 +474,7 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
       ref[next] = RefSeq{t, 0, false};
       cm.add_sequence(next++, t);
     } else if (what <= 5) {  // step a random batch of idle sequences
-      std::vector<StepItem> items;
+      std::vector<CacheStepItem> items;
       for (auto& [id, r] : ref) {
         if (busy.count(id) || r.computed >= static_cast<int64_t>(r.toks.size())) continue;
         if (rng() % 2) continue;
@@ -403,11 +492,11 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
         ASSERT_GT(p.blocks_needed, p.blocks_available);
         ASSERT_FALSE(roomy) << p.shortfall;
         // Preempt a random idle sequence (it restarts from scratch later).
-        std::vector<SeqId> idle;
+        std::vector<CacheSeqId> idle;
         for (auto& [id, r] : ref)
           if (!busy.count(id)) idle.push_back(id);
         if (!idle.empty()) {
-          SeqId v = idle[rng() % idle.size()];
+          CacheSeqId v = idle[rng() % idle.size()];
           auto t = ref[v].toks;
           cm.release(v);
           ref.erase(v);
@@ -450,6 +539,8 @@ void randomized(const StateGraph& g, int unit, bool storage, bool roomy, uint32_
       cm.commit(p);
       for (const auto& sp : p.seqs) {
         ASSERT_EQ(cm.num_computed(sp.seq), ref.at(sp.seq).computed);
+        if (storage && sp.hit_tokens > 0 && !stateful)
+          fake_replay(cm, sp.seq, ref.at(sp.seq).toks, sp.hit_tokens);
         if (storage)
           fake_forward(cm, sp.seq, ref.at(sp.seq).toks, sp.start_pos,
                        sp.start_pos + sp.num_tokens);
@@ -509,6 +600,12 @@ TEST(CacheManagerRandomized, V41TinyTightWithStorage) {
 TEST(CacheManagerRandomized, V41TinyRoomyWithStorage) {
   auto g = StateGraph::from_deepseek(tiny_v41());
   randomized(*g, 8, /*storage=*/true, /*roomy=*/true, 5, 1500);
+}
+TEST(CacheManagerRandomized, V41TinyReplayPolicy) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  randomized(*g, 8, /*storage=*/false, /*roomy=*/true, 7, 3000, /*snapshots=*/false);
+  randomized(*g, 8, /*storage=*/true, /*roomy=*/true, 8, 1500, /*snapshots=*/false);
+  randomized(*g, 8, /*storage=*/true, /*roomy=*/false, 9, 3000, /*snapshots=*/false);
 }
 TEST(CacheManagerRandomized, V4TinyTightWithStorage) {
   auto c = load_deepseek_config(std::string(STRATA_SOURCE_DIR) + "/testdata/golden/v4flash-tiny/config.json");

@@ -31,14 +31,14 @@ class SequenceCache {
   void end_step();
   void reset();
   int64_t length() const;  // positions reserved (including the current step's)
-  SeqId seq() const { return seq_; }
+  CacheSeqId seq() const { return seq_; }
   CacheManager& cache() { return *cm_; }
   const CacheManager& cache() const { return *cm_; }
 
  private:
   std::unique_ptr<CacheManager> cm_;
   int64_t max_tokens_ = 0;
-  SeqId seq_ = 1;
+  CacheSeqId seq_ = 1;
   std::optional<StepPlan> inflight_;
 };
 

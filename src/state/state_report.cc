@@ -134,6 +134,15 @@ std::string format_state_text(const StateGraph& g, const StateReportOptions& opt
       "reuses floor((len-1)/unit)*unit tokens; stored boundary state (windows, compressor "
       "tails, Engram history) {} B ({}) per cached boundary\n",
       unit, snapshot_bytes(g), format_bytes(static_cast<double>(snapshot_bytes(g))));
+  const double unit_bytes = unit * g.bytes_per_token();
+  s += fmt::format(
+      "prefix restore policies (every unit entry shares {:.0f} B of growing rows):\n"
+      "  stored        {} B per cached boundary (ring/fixed snapshot; exact; default)\n"
+      "  replay        0 B per cached boundary; a hit replays {} tokens (one window; "
+      "approximate)\n"
+      "  replay-exact  0 B per cached boundary; a hit replays {} tokens (window dependency "
+      "cone; exact)\n",
+      unit_bytes, snapshot_bytes(g), replay_window_tokens(g), replay_exact_tokens(g));
   return s;
 }
 
@@ -170,6 +179,18 @@ std::string format_state_json(const StateGraph& g, const StateReportOptions& opt
   j["model"] = g.model_name();
   j["alignment_unit_tokens"] = unit_of(g, opt);
   j["boundary_snapshot_bytes"] = snapshot_bytes(g);
+  {
+    const int unit = unit_of(g, opt);
+    json pr;
+    pr["unit_entry_bytes"] = unit * g.bytes_per_token();
+    pr["stored"] = {{"bytes_per_boundary", snapshot_bytes(g)}, {"replay_tokens", 0},
+                    {"exact", true}};
+    pr["replay"] = {{"bytes_per_boundary", 0}, {"replay_tokens", replay_window_tokens(g)},
+                    {"exact", false}};
+    pr["replay_exact"] = {{"bytes_per_boundary", 0}, {"replay_tokens", replay_exact_tokens(g)},
+                          {"exact", true}};
+    j["prefix_restore"] = pr;
+  }
   json kinds = json::array();
   for (const auto& [ks, a] : aggregate(g)) {
     json k;

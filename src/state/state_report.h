@@ -4,6 +4,9 @@
 //     prefix-cache alignment unit and the bytes one cached boundary snapshot costs.
 //   * format_state_dot: Graphviz DOT (owners as boxes, layers as ellipses, write/read edges).
 //   * format_state_json: {"model", "alignment_unit_tokens", "boundary_snapshot_bytes",
+//     "prefix_restore": {"unit_entry_bytes", "stored"|"replay"|"replay_exact":
+//     {"bytes_per_boundary", "replay_tokens", "exact"}} (the policies of
+//     V41RunnerCacheOptions::restore: stored snapshot vs bounded replay, cache_manager.h),
 //     "kinds": [per (kind, stage) entry: owners, row_bytes, bytes_per_token,
 //     bytes_per_request_fixed, ...], "owners": [...], "transients": [...],
 //     "stages": {"backbone": {...}, "draft": {...}},

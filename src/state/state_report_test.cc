@@ -31,6 +31,16 @@ TEST(StateReport, V41FlashJson) {
   EXPECT_EQ(j["totals"]["bytes_per_request_fixed"].get<int64_t>(),
             43LL * 128 * 528 + 3 * 8192 + 12);
   EXPECT_EQ(j["alignment_unit_tokens"].get<int>(), 64);
+  // Per cached boundary: the stored policy keeps every ring / fixed owner (40 + 3 rings,
+  // 3 tails, Engram); the replay policies nothing, and replay one window (128 tokens) or the
+  // 40 layers' window cone 128 + 39 x 127 = 5081 -> 5082 (even). Unit entries: 64 x 890 B.
+  const auto& pr = j["prefix_restore"];
+  EXPECT_DOUBLE_EQ(pr["unit_entry_bytes"].get<double>(), 64 * 890.0);
+  EXPECT_EQ(pr["stored"]["bytes_per_boundary"].get<int64_t>(), 43LL * 128 * 528 + 3 * 8192 + 12);
+  EXPECT_EQ(pr["replay"]["bytes_per_boundary"].get<int64_t>(), 0);
+  EXPECT_EQ(pr["replay"]["replay_tokens"].get<int64_t>(), 128);
+  EXPECT_FALSE(pr["replay"]["exact"].get<bool>());
+  EXPECT_EQ(pr["replay_exact"]["replay_tokens"].get<int64_t>(), 5082);
   bool saw_ckv = false;
   for (const auto& k : j["kinds"]) {
     if (k["kind"] == "compressed_kv") {

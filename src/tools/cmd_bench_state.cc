@@ -42,7 +42,7 @@ int run_bench_state(const BenchStateArgs& a) {
   o.allocate_storage = false;
   CacheManager cm(*g, o);
   using clock = std::chrono::steady_clock;
-  std::vector<StepItem> items;
+  std::vector<CacheStepItem> items;
   for (int r = 0; r < a.requests; ++r) {
     std::vector<int32_t> prompt(a.context);
     for (int64_t i = 0; i < a.context; ++i) prompt[i] = static_cast<int32_t>((i * 31 + r * 7919) % 129280);

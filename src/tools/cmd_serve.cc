@@ -24,6 +24,7 @@ struct ServeCli {
   int64_t max_num_batched_tokens = 512;
   int64_t chunk_size = 256;
   int64_t kv_cache_tokens = 0;
+  std::string prefix_restore = "stored";
   uint64_t seed = 0;
   size_t max_body_bytes = 8 << 20;
 };
@@ -57,6 +58,7 @@ int run_serve(ServeCli& o) {
   so.engine.seed = o.seed;
   so.runner.threads = o.threads;
   so.runner.kv_cache_tokens = o.kv_cache_tokens;
+  so.runner.prefix_restore = o.prefix_restore;
   so.runner.progress = true;
   so.runner.name = o.served_name;
   auto stack = ServingStack::start(so);
@@ -89,6 +91,12 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step (prefill + decode)")->check(CLI::PositiveNumber);
   cmd->add_option("--chunk-size", o->chunk_size, "Max prompt tokens one sequence feeds per step")->check(CLI::PositiveNumber);
   cmd->add_option("--kv-cache-tokens", o->kv_cache_tokens, "KV capacity in tokens (0: runner default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefix-restore", o->prefix_restore,
+                  "V4.1 prefix-cache hits: stored (exact, stores window/compressor state per "
+                  "boundary), replay (approximate, replays the last window of tokens) or "
+                  "replay-exact (replays the layers' window dependency cone; exact)")
+      ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413");
   cmd->callback([o] { set_exit_code(run_serve(*o)); });
