@@ -1,6 +1,8 @@
 // V4.1 primitives; see v41_ops.h for the contract and sources.
 #include "exec/v41_ops.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "base/check.h"
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/seq_gemm.h"
 #include "exec/v4_ops.h"
@@ -398,7 +401,97 @@ void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
   }
 }
 
-STRATA_FMA_CLONES void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+namespace {
+
+// dot[t] = sequential fma over i of q[i] * rows[t][i] from +0 (the reference's per-element
+// BLAS order), 8 rows interleaved so their independent chains overlap. Null rows: -inf.
+STRATA_FMA_CLONES void qk_scores(const float* q, const float* const* rows, int64_t nb, int64_t d,
+                                 float scale, float* sc) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  static const std::vector<float> zeros(1 << 12, 0.0f);
+  STRATA_CHECK(d <= static_cast<int64_t>(zeros.size()));
+  int64_t t = 0;
+  for (; t + 8 <= nb; t += 8) {
+    const float* r0 = rows[t] ? rows[t] : zeros.data();
+    const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
+    const float* r2 = rows[t + 2] ? rows[t + 2] : zeros.data();
+    const float* r3 = rows[t + 3] ? rows[t + 3] : zeros.data();
+    const float* r4 = rows[t + 4] ? rows[t + 4] : zeros.data();
+    const float* r5 = rows[t + 5] ? rows[t + 5] : zeros.data();
+    const float* r6 = rows[t + 6] ? rows[t + 6] : zeros.data();
+    const float* r7 = rows[t + 7] ? rows[t + 7] : zeros.data();
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, a4 = 0.0f, a5 = 0.0f, a6 = 0.0f, a7 = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      const float qi = q[i];
+      a0 = std::fma(qi, r0[i], a0);
+      a1 = std::fma(qi, r1[i], a1);
+      a2 = std::fma(qi, r2[i], a2);
+      a3 = std::fma(qi, r3[i], a3);
+      a4 = std::fma(qi, r4[i], a4);
+      a5 = std::fma(qi, r5[i], a5);
+      a6 = std::fma(qi, r6[i], a6);
+      a7 = std::fma(qi, r7[i], a7);
+    }
+    const float a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int j = 0; j < 8; ++j) sc[t + j] = rows[t + j] ? a[j] * scale : kNegInf;
+  }
+  for (; t < nb; ++t) {
+    const float* kv = rows[t];
+    if (!kv) {
+      sc[t] = kNegInf;
+      continue;
+    }
+    float dot = 0.0f;
+    for (int64_t i = 0; i < d; ++i) dot = std::fma(q[i], kv[i], dot);
+    sc[t] = dot * scale;
+  }
+}
+
+// acc[i] = fma(pb[t], rows[t][i], acc[i]) for t in order (null rows skipped: fma(0, 0, a)
+// == a), vectorized over i (lanes never mix t), so the order per element is unchanged.
+__attribute__((target("avx2,fma"))) void pv_accumulate_avx2(const float* const* rows,
+                                                             const float* pb, int64_t nb,
+                                                             int64_t d, float* acc) {
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    __m256 c0 = _mm256_loadu_ps(acc + i), c1 = _mm256_loadu_ps(acc + i + 8);
+    __m256 c2 = _mm256_loadu_ps(acc + i + 16), c3 = _mm256_loadu_ps(acc + i + 24);
+    for (int64_t t = 0; t < nb; ++t) {
+      const float* kv = rows[t];
+      if (!kv) continue;
+      const __m256 p = _mm256_set1_ps(pb[t]);
+      c0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(kv + i), c0);
+      c1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(kv + i + 8), c1);
+      c2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(kv + i + 16), c2);
+      c3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(kv + i + 24), c3);
+    }
+    _mm256_storeu_ps(acc + i, c0);
+    _mm256_storeu_ps(acc + i + 8, c1);
+    _mm256_storeu_ps(acc + i + 16, c2);
+    _mm256_storeu_ps(acc + i + 24, c3);
+  }
+  for (int64_t t = 0; t < nb; ++t) {
+    const float* kv = rows[t];
+    if (!kv) continue;
+    for (int64_t r = i; r < d; ++r) acc[r] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(pb[t]), _mm_set_ss(kv[r]), _mm_set_ss(acc[r])));
+  }
+}
+
+void pv_accumulate(const float* const* rows, const float* pb, int64_t nb, int64_t d, float* acc) {
+  if (kernels::active_isa() == kernels::Isa::kAvx2) {
+    pv_accumulate_avx2(rows, pb, nb, d, acc);
+    return;
+  }
+  for (int64_t t = 0; t < nb; ++t) {
+    const float* kv = rows[t];
+    if (!kv) continue;
+    for (int64_t r = 0; r < d; ++r) acc[r] = std::fma(pb[t], kv[r], acc[r]);
+  }
+}
+
+}  // namespace
+
+void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, float* out, int64_t qh, int64_t SH) {
   // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,
   // sequential FMA over d), running max, exp via torch.exp (SLEEF), fp32 denominator summed
@@ -410,33 +503,21 @@ STRATA_FMA_CLONES void sparse_attn_head(const float* q, const float* const* rows
   float sum_exp = 0.0f;
   std::vector<float> acc(d);
   std::vector<float> acc_o(d, 0.0f);
-  float sc[kBlock], p[kBlock];
+  float sc[kBlock], p[kBlock], pb[kBlock];
   for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
     const int64_t nb = std::min(kBlock, n_rows - t0);
+    qk_scores(q, rows + t0, nb, d, scale, sc);
     float bmax = kNegInf;
-    for (int64_t t = 0; t < nb; ++t) {
-      const float* kv = rows[t0 + t];
-      if (!kv) {
-        sc[t] = kNegInf;
-        continue;
-      }
-      float dot = 0.0f;
-      for (int64_t i = 0; i < d; ++i) dot = std::fma(q[i], kv[i], dot);
-      sc[t] = dot * scale;
-      bmax = std::max(bmax, sc[t]);
-    }
+    for (int64_t t = 0; t < nb; ++t)
+      if (rows[t0 + t]) bmax = std::max(bmax, sc[t]);
     const float m_new = std::max(m, bmax);
     const float rescale = torch_exp_at(m - m_new, qh, SH);
     for (int64_t t = 0; t < nb; ++t)
       p[t] = std::isinf(sc[t]) ? 0.0f : torch_exp_at(sc[t] - m_new, qh * nb + t, SH * nb);
     sum_exp = sum_exp * rescale + torch_sum(p, nb);
+    for (int64_t t = 0; t < nb; ++t) pb[t] = round_to_bf16(p[t]);
     std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t t = 0; t < nb; ++t) {
-      const float pb = round_to_bf16(p[t]);
-      const float* kv = rows[t0 + t];
-      if (!kv) continue;  // zero row: fma(0, 0, a) == a
-      for (int64_t i = 0; i < d; ++i) acc[i] = std::fma(pb, kv[i], acc[i]);
-    }
+    pv_accumulate(rows + t0, pb, nb, d, acc.data());
     for (int64_t i = 0; i < d; ++i) acc_o[i] = acc_o[i] * rescale + acc[i];
     m = m_new;
   }

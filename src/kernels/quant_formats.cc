@@ -81,7 +81,8 @@ uint8_t e4m3_encode(float x) {
   return sign | static_cast<uint8_t>((biased << 3) | (mant - 8));
 }
 
-float e4m3_decode(uint8_t b) {
+namespace {
+float e4m3_decode_slow(uint8_t b) {
   int sign = b & 0x80 ? -1 : 1;
   int exp = (b >> 3) & 0xf;
   int mant = b & 7;
@@ -89,6 +90,17 @@ float e4m3_decode(uint8_t b) {
   if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
   return sign * std::ldexp(1.0f + mant / 8.0f, exp - 7);
 }
+struct E4m3Lut {
+  float v[256];
+  E4m3Lut() {
+    for (int b = 0; b < 256; ++b) v[b] = e4m3_decode_slow(static_cast<uint8_t>(b));
+  }
+};
+const E4m3Lut kE4m3Lut;
+}  // namespace
+
+// Table lookup (the state reads decode every cached row each step).
+float e4m3_decode(uint8_t b) { return kE4m3Lut.v[b]; }
 
 float e4m3_round(float x) {
   if (std::isnan(x)) return x;
