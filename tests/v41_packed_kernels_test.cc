@@ -12,8 +12,15 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
 #include "base/check.h"
 #include "exec/deepseek_v41_model.h"
+#include "kernels/cpu_features.h"
+#include "model/v41_random_checkpoint.h"
 
 namespace strata {
 namespace {
@@ -23,12 +30,12 @@ std::string model_dir() {
   return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/deepseek-v41-tiny";
 }
 
-std::unique_ptr<DeepseekV41Model> load(bool scalar, int threads) {
+std::unique_ptr<DeepseekV41Model> load(bool scalar, int threads, std::string dir = model_dir()) {
   V41LoadOptions o;
   o.state_max_tokens = 256;
   o.scalar_reference = scalar;
   o.threads = threads;
-  auto r = DeepseekV41Model::load(model_dir(), o);
+  auto r = DeepseekV41Model::load(dir, o);
   STRATA_CHECK_MSG(r.ok(), "{}", r.status().to_string());
   return std::move(r).value();
 }
@@ -40,7 +47,7 @@ std::vector<float> run(const DeepseekV41Model& m, int64_t n, int64_t chunk, int 
   uint32_t x = 99;
   for (auto& t : ids) {
     x = x * 1664525u + 1013904223u;
-    t = static_cast<int32_t>(3 + (x >> 8) % 2000);
+    t = static_cast<int32_t>(3 + (x >> 8) % std::min<int64_t>(2000, m.config().vocab_size - 4));
   }
   auto seq = m.new_sequence();
   std::vector<float> all, lg;
@@ -74,6 +81,44 @@ TEST(V41PackedKernels, BitIdenticalToScalarReference) {
           << "n=" << n << " chunk=" << chunk << " threads=" << (m->pool() ? m->pool()->num_threads() : 1);
     }
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Another layout and other dims (random weights from `strata bench make-v41`): dim 320 and
+// moe_inter 160 are not multiples of 64, so the packed groups are ragged; with and without
+// the AVX-512 decode paths.
+TEST(V41PackedKernels, RandomCheckpointOtherDimsBitIdentical) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("strata_v41_ab_" + std::to_string(::getpid()))).string();
+  V41RandomOptions ro;
+  ro.preset = "tiny";
+  ro.seed = 5;
+  ro.dim = 320;
+  ro.layers = 6;
+  ro.experts = 6;
+  ro.activated = 2;
+  ro.moe_inter = 160;
+  ro.vocab = 500;
+  ASSERT_TRUE(write_v41_random_checkpoint(dir, ro).ok());
+  auto ref = load(true, 1, dir);
+  auto fast = load(false, 2, dir);
+  for (bool e512 : {true, false}) {
+    kernels::set_avx512_enabled(e512);
+    for (auto [n, chunk] : {std::pair<int64_t, int64_t>{40, 0}, {40, 9}}) {
+      const std::vector<float> want = run(*ref, n, chunk, 3);
+      const std::vector<float> got = run(*fast, n, chunk, 3);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+          << "n=" << n << " chunk=" << chunk << " avx512=" << e512;
+    }
+  }
+  kernels::set_avx512_enabled(true);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
