@@ -20,12 +20,7 @@ inline float bits_f32(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline float bf16_round(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_f32((u | 0x00400000u) & 0xffff0000u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bits_f32(u & 0xffff0000u);
-}
+inline float bf16_round(float f) { return round_bf16(f); }
 
 // The reciprocals the kernels use, as f32 constants (kernel.py fp8_max_inv / fp4_max_inv).
 const float kFp8MaxInv = static_cast<float>(1.0 / 448.0);

@@ -81,6 +81,19 @@ void act_quant_fp4(const float* x, int64_t rows, int64_t cols, int block, Fp4Sca
 void act_qdq_fp4(float* x, int64_t rows, int64_t cols, int block, Fp4ScaleFmt fmt);
 
 // --- bf16 helpers ---
+// f32 -> nearest bf16 value (round half to even; NaN stays NaN, quieted), as an f32.
+inline float round_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u = (u | 0x00400000u) & 0xffff0000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+  }
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
 // Rounds every element to bf16 (round-to-nearest-even, as torch .to(bfloat16)).
 void round_bf16_inplace(float* x, int64_t n);
 // f32 -> bf16 bits / bf16 bits -> f32 for arrays.

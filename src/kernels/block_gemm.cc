@@ -62,19 +62,7 @@ inline int64_t padded_tiles(int64_t n) {
   return (tiles + kPackGroup - 1) / kPackGroup * kPackGroup;
 }
 
-inline float round_out(float v, OutRound out) {
-  if (out == OutRound::kF32) return v;
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    u = (u | 0x00400000u) & 0xffff0000u;
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-  }
-  std::memcpy(&v, &u, 4);
-  return v;
-}
+inline float round_out(float v, OutRound out) { return out == OutRound::kF32 ? v : round_bf16(v); }
 
 // Where the weights come from.
 struct Src {
@@ -625,11 +613,7 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
 
 #pragma GCC diagnostic pop
 
-bool avx512_usable() {
-  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-  return v && avx512_enabled();
-}
+bool avx512_usable() { return cpu_has_avx512() && avx512_enabled(); }
 
 // Decode over packed weights with AVX-512: rows [n_begin, n_end) must start on a group
 // boundary; returns the first row it did not handle (a ragged last group is left to the

@@ -37,6 +37,16 @@ void force_isa(Isa isa) {
 namespace {
 std::atomic<bool> g_avx512{true};
 }
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("f16c");
+  return v;
+#else
+  return false;
+#endif
+}
 bool avx512_enabled() { return g_avx512.load(std::memory_order_relaxed); }
 void set_avx512_enabled(bool on) { g_avx512.store(on, std::memory_order_relaxed); }
 

@@ -24,6 +24,8 @@ const char* isa_name(Isa isa);
 // when the CPU has them and they are enabled (default: enabled). Results are bit-identical
 // either way; tests switch them off to compare.
 bool avx512_enabled();
+// The CPU has AVX-512 F, BW, VL and DQ (and F16C), as the AVX-512 kernels require.
+bool cpu_has_avx512();
 void set_avx512_enabled(bool on);
 
 }  // namespace strata::kernels

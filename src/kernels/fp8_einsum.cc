@@ -10,6 +10,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/act_quant.h"
 #include "kernels/avx2_common.h"
 #include "kernels/cpu_features.h"
 
@@ -18,18 +19,7 @@ namespace {
 
 constexpr int kTile = 8;
 
-inline float bf16_round(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    u = (u | 0x00400000u) & 0xffff0000u;
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-  }
-  std::memcpy(&v, &u, 4);
-  return v;
-}
+inline float bf16_round(float v) { return round_bf16(v); }
 
 float e4m3_value(uint8_t b) {
   const int e = (b >> 3) & 15, mm = b & 7;
@@ -215,12 +205,7 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
 }
 #pragma GCC diagnostic pop
 
-bool avx512_usable() {
-  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("f16c");
-  return v && avx512_enabled();
-}
+bool avx512_usable() { return cpu_has_avx512() && avx512_enabled(); }
 
 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
                 int64_t t1, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
