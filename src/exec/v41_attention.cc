@@ -301,11 +301,21 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       for (int32_t g : sel) rows.push_back(compressed_ptr(g));
       for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
     }
-    for (int64_t h = 0; h < H; ++h) {
-      float* oh = &o[(i * H + h) * hd];
-      v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()), hd,
-                            sink[h], scale, oh, (c.vbase + i) * H + h, c.vS * H);
-      rope.apply(oh + hd - rd, p, true);
+    // Heads are independent (each writes its own output row): split them over the pool.
+    auto heads = [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        float* oh = &o[(i * H + h) * hd];
+        v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()),
+                              hd, sink[h], scale, oh, (c.vbase + i) * H + h, c.vS * H);
+        rope.apply(oh + hd - rd, p, true);
+      }
+    };
+    const bool par = pool_ && pool_->num_threads() > 1 &&
+                     H * static_cast<int64_t>(rows.size()) * hd >= (int64_t{1} << 16);
+    if (par) {
+      pool_->parallel_for(H, heads);
+    } else {
+      heads(0, H);
     }
   }
 
