@@ -224,12 +224,15 @@ template <typename DecodeScale>
 void fp4_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block, float* out,
                     DecodeScale dec) {
   STRATA_CHECK(block > 0 && block % 2 == 0 && n % block == 0);
+  static const float kVals[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
+                                  -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
   for (int b = 0; b < n / block; ++b) {
-    float s = dec(scales[b]);
-    for (int i = 0; i < block; ++i) {
-      int idx = b * block + i;
-      uint8_t byte = packed[idx / 2];
-      out[idx] = e2m1_decode(idx % 2 ? byte >> 4 : byte & 0xf) * s;
+    const float s = dec(scales[b]);
+    const uint8_t* src = packed + b * block / 2;
+    float* dst = out + b * block;
+    for (int j = 0; j < block / 2; ++j) {  // element 2j in the low nibble
+      dst[2 * j] = kVals[src[j] & 0xf] * s;
+      dst[2 * j + 1] = kVals[src[j] >> 4] * s;
     }
   }
 }

@@ -1,4 +1,6 @@
 // strata: the command-line entry point. Subcommands register themselves (cmd_*.cc).
+#include <malloc.h>
+
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -6,6 +8,12 @@
 #include "tools/command_registry.h"
 
 int main(int argc, char** argv) {
+  // A decode step allocates and frees scratch of 100 KB .. a few MB per layer (rows read
+  // from the state, attention lists). glibc would serve those with mmap/munmap and zero
+  // fresh pages every step (and, with worker threads, shoot down TLBs); keep them in the
+  // heap instead. Measured: several % of a V4.1 decode step (docs/PERFORMANCE.md).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   CLI::App app{"strata: a serving runtime for DeepSeek-V4.1-class models"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
