@@ -142,21 +142,24 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
   out.width = k;
   std::vector<float> score(clen);
   const int64_t bs = config_.candidate_block_size;
+  std::vector<double> qT(id * ih), dots(ih);
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = c.s0 + i;
     const int64_t vis = (p + 1) / m;
+    // q of this token transposed to [id][ih] in f64: the per-key dot products of all heads
+    // run as one vector of heads (v41::index_dots), each head in its sequential j order.
+    for (int64_t j = 0; j < id; ++j)
+      for (int64_t h = 0; h < ih; ++h) qT[j * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
     for (int64_t g = 0; g < clen; ++g) {
       if (g >= vis) {
         score[g] = kNegInf;
         continue;
       }
       const float* kr = g < nkeys ? &keys[g * id] : zero_key.data();
+      v41::index_dots(qT.data(), kr, id, ih, dots.data());
       float acc = 0.0f;
       for (int64_t h = 0; h < ih; ++h) {
-        const float* qh = &q[(i * ih + h) * id];
-        double d = 0.0;
-        for (int64_t j = 0; j < id; ++j) d += static_cast<double>(qh[j]) * kr[j];
-        float dv = round_to_bf16(static_cast<float>(d));
+        float dv = round_to_bf16(static_cast<float>(dots[h]));
         dv = std::max(dv, 0.0f);
         acc += round_to_bf16(dv * w[i * ih + h]);
       }

@@ -491,6 +491,51 @@ void pv_accumulate(const float* const* rows, const float* pb, int64_t nb, int64_
 
 }  // namespace
 
+namespace {
+__attribute__((target("avx2,fma"))) void index_dots_avx2(const double* qT, const float* key,
+                                                          int64_t d, int64_t nh, double* out) {
+  int64_t h = 0;
+  for (; h + 16 <= nh; h += 16) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = 0; j < d; ++j) {
+      const __m256d k = _mm256_set1_pd(static_cast<double>(key[j]));
+      const double* qj = qT + j * nh + h;
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(qj), k, a0);
+      a1 = _mm256_fmadd_pd(_mm256_loadu_pd(qj + 4), k, a1);
+      a2 = _mm256_fmadd_pd(_mm256_loadu_pd(qj + 8), k, a2);
+      a3 = _mm256_fmadd_pd(_mm256_loadu_pd(qj + 12), k, a3);
+    }
+    _mm256_storeu_pd(out + h, a0);
+    _mm256_storeu_pd(out + h + 4, a1);
+    _mm256_storeu_pd(out + h + 8, a2);
+    _mm256_storeu_pd(out + h + 12, a3);
+  }
+  for (; h + 4 <= nh; h += 4) {
+    __m256d a = _mm256_setzero_pd();
+    for (int64_t j = 0; j < d; ++j)
+      a = _mm256_fmadd_pd(_mm256_loadu_pd(qT + j * nh + h), _mm256_set1_pd(static_cast<double>(key[j])), a);
+    _mm256_storeu_pd(out + h, a);
+  }
+  for (; h < nh; ++h) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < d; ++j) acc += qT[j * nh + h] * static_cast<double>(key[j]);
+    out[h] = acc;
+  }
+}
+}  // namespace
+
+void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, double* out) {
+  if (kernels::active_isa() == kernels::Isa::kAvx2) {
+    index_dots_avx2(qT, key, d, n_heads, out);
+    return;
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < d; ++j) acc += qT[j * n_heads + h] * static_cast<double>(key[j]);
+    out[h] = acc;
+  }
+}
+
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, float* out, int64_t qh, int64_t SH) {
   // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,

@@ -100,6 +100,12 @@ class RopeTable {
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, float* out, int64_t qh = 0, int64_t SH = 0);
 
+// Indexer dot products of one key against every head: out[h] = sum over j in order of
+// qT[j * n_heads + h] * key[j], accumulated in f64 (each f64 product of two f32 values is
+// exact, so the fused and unfused steps agree). Vectorized over heads: same bits as the
+// scalar loop. qT: [d][n_heads] f64, key: [d] f32, out: [n_heads] f64.
+void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, double* out);
+
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);
 // powf for x > 0 as SLEEF's xpowf (u10, FMA; ATen's AVX2 Vectorized<float>::pow), used for
