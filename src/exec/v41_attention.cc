@@ -279,6 +279,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     }
     return &crows[g * hd];
   };
+  std::vector<float> qT(hd * H), scores;
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;
     rows.clear();
@@ -304,20 +305,29 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       for (int32_t g : sel) rows.push_back(compressed_ptr(g));
       for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
     }
-    // Heads are independent (each writes its own output row): split them over the pool.
+    // One KV row list for all heads (MQA): score every head against it at once, rows split
+    // over the pool; then heads (independent output rows) split over the pool.
+    const int64_t nr = static_cast<int64_t>(rows.size());
+    for (int64_t j = 0; j < hd; ++j)
+      for (int64_t h = 0; h < H; ++h) qT[j * H + h] = q[(i * H + h) * hd + j];
+    scores.resize(H * nr);
+    const bool par = pool_ && pool_->num_threads() > 1 && H * nr * hd >= (int64_t{1} << 16);
+    auto score_rows = [&](int64_t t0, int64_t t1) {
+      v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), t0, t1);
+    };
     auto heads = [&](int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h) {
         float* oh = &o[(i * H + h) * hd];
-        v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()),
-                              hd, sink[h], scale, oh, (c.vbase + i) * H + h, c.vS * H);
+        v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), nr, hd, sink[h], scale, oh,
+                              (c.vbase + i) * H + h, c.vS * H, &scores[h * nr]);
         rope.apply(oh + hd - rd, p, true);
       }
     };
-    const bool par = pool_ && pool_->num_threads() > 1 &&
-                     H * static_cast<int64_t>(rows.size()) * hd >= (int64_t{1} << 16);
     if (par) {
+      pool_->parallel_for(nr, score_rows);
       pool_->parallel_for(H, heads);
     } else {
+      score_rows(0, nr);
       heads(0, H);
     }
   }

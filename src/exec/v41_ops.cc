@@ -536,8 +536,84 @@ void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, 
   }
 }
 
+namespace {
+// 4 rows at a time, 8 heads per ymm: one FMA chain per (row, 8 heads), sequential over i.
+__attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const float* const* rows,
+                                                        int64_t n_rows, int64_t d, int64_t nh,
+                                                        float scale, float* out, int64_t t0,
+                                                        int64_t t1) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  alignas(32) float tmp[8];
+  for (int64_t hb = 0; hb < nh; hb += 8) {
+    const bool full = hb + 8 <= nh;
+    int64_t t = t0;
+    auto emit = [&](int64_t row, __m256 acc) __attribute__((always_inline, target("avx2,fma"))) {
+      _mm256_store_ps(tmp, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+      for (int64_t h = hb; h < std::min(nh, hb + 8); ++h)
+        out[h * n_rows + row] = rows[row] ? tmp[h - hb] : kNegInf;
+    };
+    std::vector<float> qpad;
+    const float* qb = qT + hb;
+    int64_t ld = nh;
+    if (!full) {  // ragged last head block: a zero-padded copy
+      qpad.assign(d * 8, 0.0f);
+      for (int64_t i = 0; i < d; ++i)
+        for (int64_t h = hb; h < nh; ++h) qpad[i * 8 + (h - hb)] = qT[i * nh + h];
+      qb = qpad.data();
+      ld = 8;
+    }
+    static const std::vector<float> zeros(1 << 12, 0.0f);
+    for (; t + 4 <= t1; t += 4) {
+      const float* r0 = rows[t] ? rows[t] : zeros.data();
+      const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
+      const float* r2 = rows[t + 2] ? rows[t + 2] : zeros.data();
+      const float* r3 = rows[t + 3] ? rows[t + 3] : zeros.data();
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < d; ++i) {
+        const __m256 qv = _mm256_loadu_ps(qb + i * ld);
+        a0 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r0[i]), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r1[i]), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r2[i]), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r3[i]), a3);
+      }
+      emit(t, a0);
+      emit(t + 1, a1);
+      emit(t + 2, a2);
+      emit(t + 3, a3);
+    }
+    for (; t < t1; ++t) {
+      const float* r0 = rows[t] ? rows[t] : zeros.data();
+      __m256 a0 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < d; ++i) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + i * ld), _mm256_set1_ps(r0[i]), a0);
+      emit(t, a0);
+    }
+  }
+}
+}  // namespace
+
+void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, int64_t d,
+                     int64_t n_heads, float scale, float* out, int64_t t0, int64_t t1) {
+  STRATA_CHECK(d <= (1 << 12));
+  if (kernels::active_isa() == kernels::Isa::kAvx2) {
+    qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
+    return;
+  }
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t h = 0; h < n_heads; ++h) {
+      if (!rows[t]) {
+        out[h * n_rows + t] = kNegInf;
+        continue;
+      }
+      float acc = 0.0f;
+      for (int64_t i = 0; i < d; ++i) acc = std::fma(qT[i * n_heads + h], rows[t][i], acc);
+      out[h * n_rows + t] = acc * scale;
+    }
+}
+
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
-                      float sink, float scale, float* out, int64_t qh, int64_t SH) {
+                      float sink, float scale, float* out, int64_t qh, int64_t SH,
+                      const float* scores) {
   // kernel_cpu.py sparse_attn: per block of 64 list entries, fp32 scores (einsum -> BLAS,
   // sequential FMA over d), running max, exp via torch.exp (SLEEF), fp32 denominator summed
   // with torch's reduction order over the block (zeros of invalid entries included), bf16
@@ -551,7 +627,11 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
   float sc[kBlock], p[kBlock], pb[kBlock];
   for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
     const int64_t nb = std::min(kBlock, n_rows - t0);
-    qk_scores(q, rows + t0, nb, d, scale, sc);
+    if (scores) {
+      std::copy_n(scores + t0, nb, sc);
+    } else {
+      qk_scores(q, rows + t0, nb, d, scale, sc);
+    }
     float bmax = kNegInf;
     for (int64_t t = 0; t < nb; ++t)
       if (rows[t0 + t]) bmax = std::max(bmax, sc[t]);

@@ -97,8 +97,17 @@ class RopeTable {
 // probabilities in the PV product, fp32 denominator, attention sink. out[d] rounded to bf16.
 // `qh` = reference query * n_heads + head and `SH` = reference queries * n_heads locate the
 // exps in torch's tensors (scalar tail, see torch_exp_at); SH = 0: SLEEF everywhere.
+// `scores`: the n_rows scaled scores of this head precomputed by qk_scores_heads (null: they
+// are computed here, with the same arithmetic).
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
-                      float sink, float scale, float* out, int64_t qh = 0, int64_t SH = 0);
+                      float sink, float scale, float* out, int64_t qh = 0, int64_t SH = 0,
+                      const float* scores = nullptr);
+// The scores of every head against one shared list of rows (MQA: one KV head), for
+// sparse_attn_head's `scores` argument: out[h * n_rows + t] = scale * (sequential fma over
+// i of qT[i * n_heads + h] * rows[t][i]), -inf for null rows. Vectorized over heads (same
+// bits as the per-head loop). qT: [d][n_heads] f32, rows [t0, t1) only.
+void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, int64_t d,
+                     int64_t n_heads, float scale, float* out, int64_t t0, int64_t t1);
 
 // Indexer dot products of one key against every head: out[h] = sum over j in order of
 // qT[j * n_heads + h] * key[j], accumulated in f64 (each f64 product of two f32 values is

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -67,6 +68,40 @@ TEST(V41Ops, SparseAttnHeadSameBitsAcrossIsa) {
   for (int64_t i = 0; i < d; ++i) {
     EXPECT_LE(o[i], std::max(kv[i], kv[d + i]) + 1e-2f);
     EXPECT_GE(o[i], std::min(kv[i], kv[d + i]) - 1e-2f);
+  }
+}
+
+TEST(V41Ops, QkScoresHeadsMatchPerHeadSequentialLoop) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t d = 96, n = 37;
+  for (int64_t nh : {16, 5, 8, 13}) {
+    std::vector<float> kv(n * d), qT(d * nh);
+    for (auto& v : kv) v = nd(rng);
+    for (auto& v : qT) v = nd(rng);
+    std::vector<const float*> rows(n);
+    for (int64_t t = 0; t < n; ++t) rows[t] = (t % 5 == 2) ? nullptr : &kv[t * d];
+    for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+      const auto old = kernels::active_isa();
+      kernels::force_isa(isa);
+      std::vector<float> got(nh * n, 7.0f);
+      qk_scores_heads(qT.data(), rows.data(), n, d, nh, 0.25f, got.data(), 3, n);
+      kernels::force_isa(old);
+      for (int64_t h = 0; h < nh; ++h)
+        for (int64_t t = 0; t < n; ++t) {
+          float want = 7.0f;  // rows before t0 = 3 untouched
+          if (t >= 3) {
+            if (!rows[t]) {
+              want = -std::numeric_limits<float>::infinity();
+            } else {
+              float acc = 0.0f;
+              for (int64_t i = 0; i < d; ++i) acc = std::fma(qT[i * nh + h], kv[t * d + i], acc);
+              want = acc * 0.25f;
+            }
+          }
+          ASSERT_EQ(got[h * n + t], want) << "nh=" << nh << " h=" << h << " t=" << t;
+        }
+    }
   }
 }
 
