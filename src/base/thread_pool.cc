@@ -21,7 +21,7 @@ std::mutex g_default_mu;
 // How long a waiting thread spins before it sleeps on a condition variable. Decode steps
 // dispatch dozens of small parallel_for calls per token; a short spin avoids a futex sleep
 // and wake-up for each of them, while still yielding the core quickly on a loaded machine.
-constexpr auto kSpin = std::chrono::microseconds(30);
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 template <typename Pred>
 bool spin_until(Pred pred) {
@@ -56,7 +56,9 @@ void ThreadPool::worker_loop(int index) {
     // Fast path: spin briefly for the next generation, then sleep.
     if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lk(mu_);
+      ++work_sleepers_;
       cv_work_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      --work_sleepers_;
       if (stop_) return;
     }
     seen = generation_.load(std::memory_order_acquire);
@@ -69,7 +71,7 @@ void ThreadPool::worker_loop(int index) {
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      cv_done_.notify_one();
+      if (caller_sleeping_) cv_done_.notify_one();
     }
   }
 }
@@ -91,20 +93,24 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     ranges[i] = {pos, pos + len};
     pos += len;
   }
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ranges_ = std::move(ranges);
     fn_ = &fn;
     pending_.store(num_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
+    wake = work_sleepers_ > 0;
   }
-  cv_work_.notify_all();
+  if (wake) cv_work_.notify_all();
   t_in_pool = true;
   fn(ranges_[0].first, ranges_[0].second);
   t_in_pool = false;
   if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lk(mu_);
+    caller_sleeping_ = true;
     cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    caller_sleeping_ = false;
   }
 }
 

@@ -5,8 +5,9 @@
 // columns (M, N), never over the reduction dimension K, so results do not depend on the
 // number of threads (see DESIGN.md "Deterministic numerics").
 //
-// Waiting threads spin for ~30 us before sleeping on a condition variable, so the many
-// small dispatches of a decode step do not each pay a futex sleep/wake.
+// Waiting threads spin for ~200 us before sleeping on a condition variable, so the many
+// small dispatches of a decode step (hundreds per token, with short serial gaps between
+// them) do not each pay a futex sleep/wake; wakeups are only signalled to sleeping threads.
 //
 // Thread safety: parallel_for may be called from one thread at a time per pool (calls from
 // several threads are serialized by an internal mutex). Nested calls from inside fn run
@@ -58,6 +59,10 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};  // workers that have not yet finished the current generation
   bool stop_ = false;
+  // Threads blocked on cv_work_ / cv_done_ (changed and read under mu_): notify only when
+  // someone sleeps, so the common spinning case costs no futex syscall.
+  int work_sleepers_ = 0;
+  bool caller_sleeping_ = false;
 };
 
 }  // namespace strata
