@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "exec/v41_forward_ctx.h"
+#include "kernels/block_gemm.h"
 #include "model/dtype.h"
 #include "model/tokenizer.h"
 
@@ -197,8 +198,22 @@ void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t
                               const float* route_w, float* out) const {
   const int64_t I = w.w1.out;
   std::vector<float> g(M * I), u(M * I);
-  v41::linear(x, M, w.w1, g.data(), pool_.get());
-  v41::linear(x, M, w.w3, u.data(), pool_.get());
+  if (w.w13_packed) {
+    // w1 and w3 stacked: one GEMM, rows [0, I) are w1's, [I, 2I) w3's (independent rows).
+    std::vector<float> y(M * 2 * I);
+    if (w.w1.kind == V41WeightKind::kFp4) {
+      kernels::linear_fp4_packed(x, M, w.w13_packed->fp4, 32, y.data(), pool_.get());
+    } else {
+      kernels::linear_fp8_packed(x, M, w.w13_packed->fp8, y.data(), pool_.get());
+    }
+    for (int64_t r = 0; r < M; ++r) {
+      std::copy_n(&y[r * 2 * I], I, &g[r * I]);
+      std::copy_n(&y[r * 2 * I + I], I, &u[r * I]);
+    }
+  } else {
+    v41::linear(x, M, w.w1, g.data(), pool_.get());
+    v41::linear(x, M, w.w3, u.data(), pool_.get());
+  }
   const float lim = static_cast<float>(config_.swiglu_limit);
   const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
   for (int64_t r = 0; r < M; ++r)

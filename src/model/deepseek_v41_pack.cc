@@ -1,4 +1,5 @@
 // DeepseekV41Weights::pack_for_kernels (see deepseek_v41_weights.h).
+#include <algorithm>
 #include <atomic>
 #include <functional>
 
@@ -48,6 +49,35 @@ std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l) {
   return p;
 }
 
+// w1 over w3 ([2*inter, dim]) in the stored format, packed; null when the two cannot be
+// stacked (different kinds, or FP8 block rows that would straddle the seam).
+std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V41Linear& b) {
+  if (a.kind != b.kind || a.in != b.in || a.out != b.out) return nullptr;
+  const int64_t n = a.out, k = a.in;
+  auto p = std::make_shared<V41PackedLinear>();
+  if (a.kind == V41WeightKind::kFp4) {
+    std::vector<uint8_t> codes(2 * n * k / 2), scales(2 * n * (k / 32));
+    std::copy_n(a.weight.data, n * k / 2, codes.begin());
+    std::copy_n(b.weight.data, n * k / 2, codes.begin() + n * k / 2);
+    std::copy_n(a.scale.data, n * (k / 32), scales.begin());
+    std::copy_n(b.scale.data, n * (k / 32), scales.begin() + n * (k / 32));
+    p->fp4 = kernels::pack_fp4_weight({codes.data(), scales.data(), 2 * n, k, 32});
+    return p;
+  }
+  if (a.kind == V41WeightKind::kFp8 && a.block == 32 && b.block == 32 && n % 32 == 0 &&
+      a.scale.dtype == DType::kF8_E8M0 && b.scale.dtype == DType::kF8_E8M0) {
+    const int64_t srows = n / 32, scols = (k + 31) / 32;
+    std::vector<uint8_t> codes(2 * n * k), scales(2 * srows * scols);
+    std::copy_n(a.weight.data, n * k, codes.begin());
+    std::copy_n(b.weight.data, n * k, codes.begin() + n * k);
+    std::copy_n(a.scale.data, srows * scols, scales.begin());
+    std::copy_n(b.scale.data, srows * scols, scales.begin() + srows * scols);
+    p->fp8 = kernels::pack_fp8_weight({codes.data(), scales.data(), nullptr, 2 * n, k, 32, 32});
+    return p;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
@@ -69,9 +99,23 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
                          &a.compressor.wgate, &a.indexer.wq_b, &a.indexer.weights_proj,
                          &a.indexer.wk, &b.engram.wkv})
       add_linear(*l);
-    for (V41ExpertWeights& e : b.ffn.experts)
-      for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) add_linear(*l);
-    for (V41Linear* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) add_linear(*l);
+    auto add_expert = [&](V41ExpertWeights& e) {
+      add_linear(e.w2);
+      if (!e.w1.present() || !e.w3.present()) return;
+      jobs.push_back([&e] {
+        e.w13_packed = pack_stacked(e.w1, e.w3);
+        if (e.w13_packed) return e.w13_packed->bytes();
+        int64_t bytes = 0;  // not stackable: each on its own (FP8 only with 32-wide blocks)
+        for (V41Linear* l : {&e.w1, &e.w3}) {
+          if (l->kind == V41WeightKind::kFp8 && l->block != 32) continue;
+          l->packed = pack_linear(*l);
+          bytes += l->packed->bytes();
+        }
+        return bytes;
+      });
+    };
+    for (V41ExpertWeights& e : b.ffn.experts) add_expert(e);
+    add_expert(b.ffn.shared);
     V41MoeWeights* moe = &b.ffn;
     if (moe->gate_weight.data) {
       const int64_t E = moe->gate_weight.shape[0];

@@ -93,6 +93,9 @@ struct V41AttentionWeights {
 
 struct V41ExpertWeights {
   V41Linear w1, w2, w3;   // w1/w3 [inter, dim], w2 [dim, inter]
+  // pack_for_kernels: w1 and w3 stacked into one [2*inter, dim] packed weight (same input,
+  // independent rows: one GEMM instead of two); w1/w3 themselves are then not packed.
+  std::shared_ptr<const V41PackedLinear> w13_packed;
 };
 
 struct V41MoeWeights {
