@@ -1,6 +1,7 @@
 #include "kernels/cpu_features.h"
 
 #include <atomic>
+#include <cstdlib>
 
 namespace strata::kernels {
 namespace {
@@ -35,7 +36,12 @@ void force_isa(Isa isa) {
 }
 
 namespace {
-std::atomic<bool> g_avx512{true};
+// STRATA_AVX512=0 in the environment starts with the AVX-512 kernels off (A/B runs).
+bool avx512_default() {
+  const char* e = std::getenv("STRATA_AVX512");
+  return !(e && e[0] == '0');
+}
+std::atomic<bool> g_avx512{avx512_default()};
 }
 bool cpu_has_avx512() {
 #if defined(__x86_64__) || defined(__i386__)

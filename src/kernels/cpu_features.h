@@ -20,9 +20,10 @@ Isa active_isa();
 // Forces an ISA (kAvx2 is ignored when the CPU lacks it). For tests and benchmarks.
 void force_isa(Isa isa);
 const char* isa_name(Isa isa);
-// AVX-512 (F, BW, VL) decode kernels (kernels/block_gemm.cc), used on top of the AVX2 ISA
-// when the CPU has them and they are enabled (default: enabled). Results are bit-identical
-// either way; tests switch them off to compare.
+// AVX-512 (F, BW, VL, DQ) decode kernels (kernels/block_gemm.cc, kernels/fp8_einsum.cc), used
+// on top of the AVX2 ISA when the CPU has them and they are enabled (default: enabled, unless
+// the environment sets STRATA_AVX512=0). Results are bit-identical either way; tests switch
+// them off to compare.
 bool avx512_enabled();
 // The CPU has AVX-512 F, BW, VL and DQ (and F16C), as the AVX-512 kernels require.
 bool cpu_has_avx512();
