@@ -1,5 +1,7 @@
 #include "sched/engine.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "base/check.h"
@@ -229,6 +231,17 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
   for (int32_t t : params.stop_token_ids) {
     if (t < 0 || t >= info.vocab_size) return invalid_argument("stop token {} out of range", t);
   }
+  if (!(params.presence_penalty >= -2.0 && params.presence_penalty <= 2.0))
+    return invalid_argument("presence_penalty must be in [-2, 2]");
+  if (!(params.frequency_penalty >= -2.0 && params.frequency_penalty <= 2.0))
+    return invalid_argument("frequency_penalty must be in [-2, 2]");
+  if (!(params.repetition_penalty > 0.0 && std::isfinite(params.repetition_penalty)))
+    return invalid_argument("repetition_penalty must be > 0");
+  for (const auto& [t, b] : params.logit_bias) {
+    if (t < 0 || t >= info.vocab_size)
+      return invalid_argument("logit_bias token {} is outside the vocabulary [0, {})", t, info.vocab_size);
+    if (!(b >= -100.0f && b <= 100.0f)) return invalid_argument("logit_bias values must be in [-100, 100]");
+  }
   std::shared_ptr<RequestStream> stream;
   int64_t waiting = 0;
   {
@@ -314,7 +327,8 @@ bool Engine::iterate() {
     a->seq = SeqId{in.id};
     a->params = std::move(in.params);
     a->stream = std::move(in.stream);
-    a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)));
+    a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)),
+                                                  in.prompt);
     a->stop = std::make_unique<StopChecker>(a->params.stop);
     a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);

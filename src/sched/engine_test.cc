@@ -172,6 +172,17 @@ TEST(EngineTest, RejectsBadInput) {
   GenerationParams p = greedy(3);
   p.top_p = 0;
   EXPECT_EQ(engine.submit({1, 2}, p).status().code(), StatusCode::kInvalidArgument);
+  GenerationParams b = greedy(3);
+  b.logit_bias = {{64, 1.0f}};  // outside the vocabulary
+  EXPECT_EQ(engine.submit({1, 2}, b).status().code(), StatusCode::kInvalidArgument);
+  b.logit_bias = {{3, 101.0f}};
+  EXPECT_EQ(engine.submit({1, 2}, b).status().code(), StatusCode::kInvalidArgument);
+  GenerationParams pp = greedy(3);
+  pp.presence_penalty = 2.5;
+  EXPECT_EQ(engine.submit({1, 2}, pp).status().code(), StatusCode::kInvalidArgument);
+  pp.presence_penalty = 0;
+  pp.repetition_penalty = 0;
+  EXPECT_EQ(engine.submit({1, 2}, pp).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(engine.submit(prompt_of(19, 1), greedy(3)).ok());
 }
 

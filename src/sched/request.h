@@ -37,6 +37,17 @@ struct GenerationParams {
   // alternatives, from the model's raw distribution (log_softmax of the logits).
   int32_t logprobs = -1;
   int32_t priority = 0;              // lower runs first (scheduler priority hook)
+  // Logit processing before sampling (OpenAI / vLLM semantics; the reported logprobs stay
+  // those of the raw distribution, as vLLM's default):
+  //   logit[t] -= presence_penalty * (count[t] > 0) + frequency_penalty * count[t]
+  //     (count = occurrences of t among the generated tokens; each in [-2, 2]);
+  //   repetition_penalty r > 0 (1 = off) on every token seen in prompt or output:
+  //     logit > 0 ? logit / r : logit * r;
+  //   logit[t] += bias for each (t, bias) in logit_bias (bias in [-100, 100]).
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

@@ -25,13 +25,24 @@ struct SampleResult {
 
 class RequestSampler {
  public:
-  RequestSampler(const GenerationParams& params, uint64_t fallback_seed);
+  // `prompt`: the request's prompt ids (repetition_penalty applies to them too).
+  RequestSampler(const GenerationParams& params, uint64_t fallback_seed,
+                 std::span<const int32_t> prompt = {});
+  // Applies the penalties / logit_bias of GenerationParams to a copy of `logits` (when any
+  // is set), samples, and records the sampled token for the penalties of later steps.
+  // Logprobs are those of the unprocessed logits.
   SampleResult sample(std::span<const float> logits);
 
  private:
   static SamplingParams to_sampling_params(const GenerationParams& p, uint64_t fallback_seed);
+  bool processes() const;
   bool want_logprobs_;
   Sampler sampler_;
+  double presence_ = 0.0, frequency_ = 0.0, repetition_ = 1.0;
+  std::vector<std::pair<int32_t, float>> bias_;
+  std::vector<int32_t> out_count_;  // occurrences among generated tokens, by id (grown lazily)
+  std::vector<uint8_t> seen_;       // prompt or output contains the id (repetition penalty)
+  std::vector<float> work_;         // processed logits
 };
 
 }  // namespace strata

@@ -93,5 +93,61 @@ TEST(RequestSamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
   EXPECT_NEAR(t.logprob.top[1].second, std::log(0.3), 1e-5);
 }
 
+// Penalties and logit_bias (sched/request.h): greedy picks computed by hand.
+TEST(RequestSamplerTest, LogitBiasMovesTheArgmax) {
+  GenerationParams p = params(0);
+  p.logit_bias = {{2, 5.0f}};
+  RequestSampler s(p, 1);
+  std::vector<float> l = {1.0f, 3.0f, -1.0f};  // token 2: -1 + 5 = 4 > 3
+  EXPECT_EQ(s.sample(l).token, 2);
+}
+
+TEST(RequestSamplerTest, PresenceAndFrequencyPenalizeGeneratedTokens) {
+  std::vector<float> l = {2.0f, 1.9f, 0.0f};
+  GenerationParams p = params(0);
+  p.presence_penalty = 0.5;  // after token 0 once: 2.0 - 0.5 = 1.5 < 1.9
+  RequestSampler s(p, 1);
+  EXPECT_EQ(s.sample(l).token, 0);
+  EXPECT_EQ(s.sample(l).token, 1);
+  // then token 1 also penalized: 1.9 - 0.5 = 1.4 < 1.5 -> 0 again
+  EXPECT_EQ(s.sample(l).token, 0);
+  GenerationParams f = params(0);
+  f.frequency_penalty = 0.04;  // 2.0 - 0.04*n vs 1.9 - 0.04*m
+  RequestSampler fs(f, 1);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 5; ++i) got.push_back(fs.sample(l).token);
+  // n=0: 2.0>1.9 -> 0; n=1: 1.96>1.9 -> 0; n=2: 1.92>1.9 -> 0; n=3: 1.88<1.9 -> 1;
+  // n=3,m=1: 1.88 > 1.86 -> 0
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 0, 1, 0}));
+}
+
+TEST(RequestSamplerTest, RepetitionPenaltyCoversPromptAndSignOfLogit) {
+  GenerationParams p = params(0);
+  p.repetition_penalty = 2.0;
+  const std::vector<int32_t> prompt = {0, 2};
+  RequestSampler s(p, 1, prompt);
+  // token 0: 3.0 / 2 = 1.5 < 2.0 (token 1); token 2: -1 * 2 = -2
+  std::vector<float> l = {3.0f, 2.0f, -1.0f, 1.8f};
+  EXPECT_EQ(s.sample(l).token, 1);
+  // now token 1 is seen too: 1.0; token 3 1.8 wins
+  EXPECT_EQ(s.sample(l).token, 3);
+}
+
+TEST(RequestSamplerTest, LogprobsStayThoseOfTheRawLogits) {
+  GenerationParams p = params(0);
+  p.logprobs = 2;
+  p.logit_bias = {{0, 10.0f}};
+  RequestSampler s(p, 1);
+  std::vector<float> l = {0.0f, 1.0f, 2.0f};
+  SampleResult r = s.sample(l);
+  EXPECT_EQ(r.token, 0);
+  const double lz = std::log(std::exp(0.0) + std::exp(1.0) + std::exp(2.0));
+  EXPECT_NEAR(r.logprob.logprob, 0.0 - lz, 1e-5);
+  ASSERT_EQ(r.logprob.top.size(), 2u);
+  EXPECT_EQ(r.logprob.top[0].first, 2);
+  EXPECT_NEAR(r.logprob.top[0].second, 2.0 - lz, 1e-5);
+  EXPECT_EQ(r.logprob.top[1].first, 1);
+}
+
 }  // namespace
 }  // namespace strata

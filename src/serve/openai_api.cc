@@ -1,5 +1,7 @@
 #include "serve/openai_api.h"
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 namespace strata {
@@ -146,6 +148,22 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
     int64_t seed = 0;
     STRATA_RETURN_IF_ERROR(get_int(body, "seed", &seed));
     g.seed = static_cast<uint64_t>(seed);
+  }
+  STRATA_RETURN_IF_ERROR(get_number(body, "presence_penalty", &g.presence_penalty));
+  STRATA_RETURN_IF_ERROR(get_number(body, "frequency_penalty", &g.frequency_penalty));
+  STRATA_RETURN_IF_ERROR(get_number(body, "repetition_penalty", &g.repetition_penalty));
+  if (given(body, "logit_bias")) {
+    const json& lb = body["logit_bias"];
+    if (!lb.is_object()) return wrong_type("logit_bias", "an object of token id -> bias");
+    for (auto it = lb.begin(); it != lb.end(); ++it) {
+      const std::string& key = it.key();
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+        return invalid_argument("logit_bias keys must be token ids, got '{}'", key);
+      if (!it.value().is_number()) return wrong_type("logit_bias values", "numbers");
+      g.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
   }
   int64_t n = 1;
   STRATA_RETURN_IF_ERROR(get_int(body, "n", &n));

@@ -5,7 +5,8 @@
 // wrong JSON type, max_tokens <= 0, n != 1, several prompts, or malformed JSON is an
 // InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):
 // top_k, min_p, seed, ignore_eos, stop_token_ids, priority, stream_options.include_usage,
-// chat_template_kwargs.thinking. Completions accept `prompt` as a string or as an array of
+// chat_template_kwargs.thinking, repetition_penalty; OpenAI's presence_penalty,
+// frequency_penalty and logit_bias ({"token id": bias}) are applied (sched/request.h). Completions accept `prompt` as a string or as an array of
 // token ids (also nested once: [[ids]] or ["text"]).
 //
 // Error mapping (api_error_for): InvalidArgument/OutOfRange -> 400, NotFound -> 404,

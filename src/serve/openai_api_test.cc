@@ -1,6 +1,8 @@
 #include "serve/openai_api.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace strata {
@@ -31,6 +33,21 @@ TEST(OpenAiApiTest, ParsesCompletionWithAllKnownFields) {
   EXPECT_EQ(r->params.stop_token_ids, (std::vector<int32_t>{5}));
 }
 
+TEST(OpenAiApiTest, ParsesPenaltiesAndLogitBias) {
+  auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({
+    "prompt": "hi", "presence_penalty": 0.5, "frequency_penalty": -0.25,
+    "repetition_penalty": 1.2, "logit_bias": {"7": 100, "12": -3.5}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->params.presence_penalty, 0.5);
+  EXPECT_DOUBLE_EQ(r->params.frequency_penalty, -0.25);
+  EXPECT_DOUBLE_EQ(r->params.repetition_penalty, 1.2);
+  auto lb = r->params.logit_bias;
+  std::sort(lb.begin(), lb.end());
+  ASSERT_EQ(lb.size(), 2u);
+  EXPECT_EQ(lb[0], (std::pair<int32_t, float>{7, 100.0f}));
+  EXPECT_EQ(lb[1], (std::pair<int32_t, float>{12, -3.5f}));
+}
+
 TEST(OpenAiApiTest, TokenPromptsAndDefaults) {
   auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": [1, 2, 3]})");
   ASSERT_TRUE(r.ok());
@@ -59,6 +76,11 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": []})",
       R"({"max_tokens": 3})",                        // no prompt
       R"({"prompt": "x", "model": 3})",
+      R"({"prompt": "x", "logit_bias": [1, 2]})",     // not an object
+      R"({"prompt": "x", "logit_bias": {"abc": 1}})", // key not a token id
+      R"({"prompt": "x", "logit_bias": {"-4": 1}})",
+      R"({"prompt": "x", "logit_bias": {"7": "up"}})",
+      R"({"prompt": "x", "presence_penalty": "lots"})",
   };
   for (const char* b : bad) {
     auto r = parse_openai_request(ApiEndpoint::kCompletions, b);
