@@ -27,10 +27,13 @@
 // unknown); expect ~1 bf16 ulp differences.
 //
 // Performance: decode (M = 1..4) should use the packed weights (pack_*_weight at load time):
-// the AVX2 kernel decodes FP8 via F16C and FP4 via a byte shuffle straight into registers,
-// ~10 G weights/s per core on the dev box (FP8 ~10 GB/s, FP4 ~5 GB/s of weight bytes); the
-// raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8). E4M3 NaN codes (0x7F/0xFF) are
-// not expected in weights and decode as 480 on the AVX2 path.
+// the kernels decode FP8 via F16C and FP4 via a byte shuffle straight into registers, one
+// sequential memory stream per group of 64 rows. On AVX-512 CPUs (F/BW/VL, chosen at run
+// time, kernels/cpu_features.h) two 8-row tiles share a zmm: measured ~18 G weights/s per
+// core for FP8 and ~22 G for FP4 on the dev VM (AVX2 alone: ~9 G); see `strata bench gemv`
+// and docs/PERFORMANCE.md. The raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8).
+// E4M3 NaN codes (0x7F/0xFF) are not expected in weights and decode as 480 on the vector
+// paths.
 //
 // Errors: shape mismatches are broken invariants (STRATA_CHECK): K % block_k == 0,
 // act block == block_k for FP8, K % 32 == 0 and act_block % 32 == 0 for FP4.
