@@ -325,7 +325,7 @@ void setup_bench_gemv(CLI::App& app) {
   cmd->add_option("--m", o->m, "Activation rows (1..4)")->capture_default_str();
   cmd->add_option("--mib", o->mib, "Checkpoint MiB of weights per format (well above the LLC)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--matrices", o->matrices, "Matrices per format (0: from --mib)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -334,10 +334,10 @@ void setup_bench_gemv(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--repeats", o->repeats, "Timed passes over all matrices (after one warm-up)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--bandwidth-mib", o->bw_mib, "Buffer size of the bandwidth measurement")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--avx512", o->avx512,
                   "AVX-512 decode kernels on|off (default: as started, STRATA_AVX512=0 is off)")
       ->check(CLI::IsMember({"on", "off"}));

@@ -73,6 +73,22 @@ int run_generate(GenerateCli& o) {
     std::fflush(stdout);
     ends_with_newline = s.back() == '\n';
   };
+  {
+    // A prompt the tokenizer cannot represent (every id is a token whose text does not occur
+    // in the prompt, i.e. the unknown token) gives output unrelated to the prompt: say so.
+    const std::vector<int32_t> ids = (*tok)->encode(o.prompt);
+    bool all_unknown = !o.prompt.empty() && !ids.empty();
+    for (int32_t id : ids) {
+      const std::string b = (*tok)->token_bytes(id);
+      if (!b.empty() && o.prompt.find(b) != std::string::npos) all_unknown = false;
+    }
+    if (all_unknown)
+      fmt::print(stderr,
+                 "strata generate: warning: the prompt encodes to {} token(s) none of which "
+                 "appears in it (e.g. id {} '{}'): this model's tokenizer does not cover the "
+                 "text\n",
+                 ids.size(), ids[0], (*tok)->id_to_token(ids[0]));
+  }
   auto res = generate(**runner, **tok, o.prompt, go);
   if (!res.ok()) {
     std::fflush(stdout);
