@@ -325,7 +325,7 @@ void setup_bench_gemv(CLI::App& app) {
   cmd->add_option("--m", o->m, "Activation rows (1..4)")->capture_default_str();
   cmd->add_option("--mib", o->mib, "Checkpoint MiB of weights per format (well above the LLC)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(CLI::Range(1e-6, 1048576.0));
   cmd->add_option("--matrices", o->matrices, "Matrices per format (0: from --mib)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
