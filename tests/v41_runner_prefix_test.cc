@@ -157,8 +157,11 @@ TEST(V41RunnerPrefix, CancelAfterAttachFreesEverything) {
   r->release_sequence(b);             // cancel before any step
   r->release_sequence(b);             // idempotent
   EXPECT_EQ(r->sequence_length(b), 0);
-  for (const CacheUsage& c : r->cache_usage())
-    if (c.kind != "v41_prefix_cache") EXPECT_EQ(c.used_bytes, 0) << c.kind;
+  for (const CacheUsage& c : r->cache_usage()) {
+    if (c.kind != "v41_prefix_cache") {
+      EXPECT_EQ(c.used_bytes, 0) << c.kind;
+    }
+  }
   r->shared_cache().check_invariants();
   EXPECT_GT(r->shared_cache().num_cache_entries(), 0);
   r->shared_cache().clear_prefix_cache();

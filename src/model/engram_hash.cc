@@ -321,15 +321,6 @@ void append_utf8(char32_t cp, std::string* out) {
   }
 }
 
-// Base letter of Latin-1 letters U+00C0..U+00FF after NFD + accent stripping; 0 = none
-// (the letter has no canonical decomposition: Æ Ð × Ø Þ ß æ ð ÷ ø þ).
-char32_t latin1_base(char32_t cp) {
-  static const char kBase[65] =
-      "AAAAAA\0CEEEEIIII\0NOOOOO\0\0UUUUY\0\0aaaaaa\0ceeeeiiii\0nooooo\0\0uuuuy\0y";
-  const char b = kBase[cp - 0xc0];
-  return b ? static_cast<char32_t>(b) : 0;
-}
-
 bool is_unicode_whitespace(char32_t c) {
   return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||

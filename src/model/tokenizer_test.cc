@@ -431,7 +431,9 @@ TEST(WordLevelTokenizerTest, WhitespacePreTokenizerAndDir) {
   EXPECT_EQ((*r)->encode("foo[SEP]", /*parse_special=*/false), Ids{0});  // one unknown word
   EXPECT_EQ(load_tokenizer_from_dir(dir + "/missing").status().code(), StatusCode::kNotFound);
   auto from_models = load_tokenizer_from_dir(src_dir() + "/models/deepseek-v41-tiny");
-  if (from_models.ok()) EXPECT_EQ((*from_models)->vocab_size(), 2048);
+  if (from_models.ok()) {
+    EXPECT_EQ((*from_models)->vocab_size(), 2048);
+  }
 }
 
 }  // namespace

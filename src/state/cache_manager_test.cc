@@ -292,9 +292,11 @@ TEST(CacheManager, ReplayPolicyHitsAnyPublishedUnit) {
   // rings, Engram 3 x 4 B (max_ngram 4).
   EXPECT_EQ(stored.boundary_snapshot_bytes(), 15LL * 16 * 66 + 2LL * 2 * 128 * 4 + 3 * 4);
   // Ring / fixed pools hold max_seqs blocks per owner (no snapshot slots).
-  for (const PoolInfo& p : a.pools())
-    if (p.kind == StateKind::kWindowKv)
+  for (const PoolInfo& p : a.pools()) {
+    if (p.kind == StateKind::kWindowKv) {
       EXPECT_EQ(p.num_blocks, 3 * static_cast<int64_t>(p.owners.size()));
+    }
+  }
   std::vector<int32_t> toks(17, 4);
   for (int i = 0; i < 17; ++i) toks[i] = 3 + (i * 5) % 11;
   a.add_sequence(1, toks);
