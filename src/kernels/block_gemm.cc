@@ -22,6 +22,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "kernels/simd_decode.h"
 #include "kernels/matmul.h"
 
 namespace strata::kernels {
@@ -180,43 +181,6 @@ void gemm_cols_scalar(const QuantActs& a, const Src& s, float* y, OutRound out, 
 // ---- AVX2 path ----
 #define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// E4M3 -> f32 via binary16: the E4M3 bits placed as (sign << 15) | (exp_mant << 7) form a
-// half whose value is exactly 2^-8 times the E4M3 value (subnormals included); F16C widens
-// it exactly. The AVX2 kernels keep this 2^-8 factor in the decoded weights and fold 256
-// into the weight scale instead: every partial and scaled partial is then an exact
-// power-of-two multiple of the scalar path's value, so results are bit-identical (weight
-// scales must stay below 2^119, far above anything UE8M0 checkpoints use).
-// 16 E4M3 bytes -> two vectors of 8 (bytes 0..7, 8..15), scaled by 2^-8.
-STRATA_AVX2 inline void decode16_e4m3(const uint8_t* p, __m256* lo, __m256* hi) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i z = _mm_setzero_si128();
-  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBFFF));
-  // byte in the high half of each 16-bit lane, then an arithmetic shift moves exp|mant down by
-  // one while copying the sign into bit 14, which the mask clears
-  const __m128i h0 = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(z, b), 1), keep);
-  const __m128i h1 = _mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), keep);
-  *lo = _mm256_cvtph_ps(h0);
-  *hi = _mm256_cvtph_ps(h1);
-}
-
-// 8 bytes = 16 E2M1 nibbles (element 2j in the low nibble of byte j) -> two vectors of 8
-// (elements 0..7, 8..15), scaled by 2^-8 like decode16_e4m3: a nibble maps to the high byte
-// of the binary16 of value*2^-8 (all E2M1 values have a zero low byte there).
-STRATA_AVX2 inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m256* hi) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-  // binary16 high bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-8, then the negatives
-  const __m128i table = _mm_setr_epi8(0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
-                                      static_cast<char>(0x80), static_cast<char>(0x98),
-                                      static_cast<char>(0x9C), static_cast<char>(0x9E),
-                                      static_cast<char>(0xA0), static_cast<char>(0xA2),
-                                      static_cast<char>(0xA4), static_cast<char>(0xA6));
-  const __m128i hb = _mm_shuffle_epi8(table, nib);
-  const __m128i z = _mm_setzero_si128();
-  *lo = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, hb));
-  *hi = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, hb));
-}
 
 STRATA_AVX2 inline void transpose8_store(const float* rows, int ld, float* out) {
   // rows: 8 rows of 8 floats (stride ld); out: 8 x 8, out[j*8 + l] = rows[l*ld + j]
@@ -260,7 +224,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
-        decode16_e4m3(src + k * kTile, &lo, &hi);
+        simd::decode16_e4m3(src + k * kTile, &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
         _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
       }
@@ -270,7 +234,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
-        decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
+        simd::decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
         _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
       }
@@ -284,7 +248,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
         sw[l] = (s.scales_e8m0 ? L.e8m0[s.scales_e8m0[si]] : s.scales_f32[si]) * kFold;
         const uint8_t* src = s.codes + n * s.k + k0;
         for (int k = 0; k < bk; k += 16) {
-          decode16_e4m3(src + k, &lo, &hi);
+          simd::decode16_e4m3(src + k, &lo, &hi);
           _mm256_storeu_ps(rowbuf + l * bk + k, lo);
           _mm256_storeu_ps(rowbuf + l * bk + k + 8, hi);
         }
@@ -297,7 +261,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
         sw[l] = L.e8m0[s.scales_e8m0[n * nkb + kb]] * kFold;
         const uint8_t* src = s.codes + n * (s.k / 2) + k0 / 2;
         for (int k = 0; k < bk; k += 16) {
-          decode16_e2m1(src + k / 2, &lo, &hi);
+          simd::decode16_e2m1(src + k / 2, &lo, &hi);
           _mm256_storeu_ps(rowbuf + l * bk + k, lo);
           _mm256_storeu_ps(rowbuf + l * bk + k + 8, hi);
         }
@@ -416,9 +380,9 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   const float* x1 = x0 + K;
   auto dec = [](const uint8_t* q, __m256* lo, __m256* hi) __attribute__((always_inline, target("avx2,fma,f16c"))) {
     if constexpr (kFp4) {
-      decode16_e2m1(q, lo, hi);
+      simd::decode16_e2m1(q, lo, hi);
     } else {
-      decode16_e4m3(q, lo, hi);
+      simd::decode16_e4m3(q, lo, hi);
     }
   };
   const uint8_t* s0 = src[0];
@@ -474,42 +438,10 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
 // Two tiles share a zmm: lanes 0-7 = tile A's 8 rows, lanes 8-15 = tile B's, so a lane still
 // holds one output row and sees exactly the scalar order (bit-identical). 8 tiles = 4 zmm
 // chains per activation row; the group's K blocks are one sequential stream.
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define STRATA_AVX512 STRATA_TARGET_AVX512
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-// Tiles A and B at K indices (k, k+1) -> zmm of k and zmm of k+1 (values * 2^-8).
-template <bool kFp4>
-STRATA_AVX512 inline void decode_pair512(const uint8_t* pa, const uint8_t* pb, __m512* wk,
-                                         __m512* wk1) {
-  const __m256i z = _mm256_setzero_si256();
-  if constexpr (kFp4) {
-    // 8 bytes each: (k: rows 0-7 in bytes 0-3, k+1: bytes 4-7), one tile per 128-bit lane
-    const __m256i b = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pa))),
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb)), 1);
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    const __m256i nib = _mm256_unpacklo_epi8(_mm256_and_si256(b, m), _mm256_and_si256(_mm256_srli_epi16(b, 4), m));
-    const __m256i table = _mm256_setr_epi8(
-        0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26, static_cast<char>(0x80), static_cast<char>(0x98),
-        static_cast<char>(0x9C), static_cast<char>(0x9E), static_cast<char>(0xA0), static_cast<char>(0xA2),
-        static_cast<char>(0xA4), static_cast<char>(0xA6), 0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
-        static_cast<char>(0x80), static_cast<char>(0x98), static_cast<char>(0x9C), static_cast<char>(0x9E),
-        static_cast<char>(0xA0), static_cast<char>(0xA2), static_cast<char>(0xA4), static_cast<char>(0xA6));
-    const __m256i hb = _mm256_shuffle_epi8(table, nib);
-    *wk = _mm512_cvtph_ps(_mm256_unpacklo_epi8(z, hb));
-    *wk1 = _mm512_cvtph_ps(_mm256_unpackhi_epi8(z, hb));
-  } else {
-    // 16 bytes each: k in bytes 0-7, k+1 in bytes 8-15 (see decode16_e4m3)
-    const __m256i b = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
-    const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
-    *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
-    *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
-  }
-}
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1.
 // Explicit register variables: GCC keeps arrays of vectors on the stack.
@@ -547,10 +479,10 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
     for (int k = 0; k < bk; k += 2) {
       const int64_t off = static_cast<int64_t>(k) * bpk;
       __m512 w00, w01, w10, w11, w20, w21, w30, w31;
-      decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
-      decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
-      decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
-      decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
+      simd::decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
+      simd::decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
+      simd::decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
+      simd::decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
       __m512 xa = _mm512_set1_ps(x0[k]);
       p0 = _mm512_fmadd_ps(xa, w00, p0);
       p1 = _mm512_fmadd_ps(xa, w10, p1);
@@ -613,7 +545,6 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
 
 #pragma GCC diagnostic pop
 
-bool avx512_usable() { return cpu_has_avx512() && avx512_enabled(); }
 
 // Decode over packed weights with AVX-512: rows [n_begin, n_end) must start on a group
 // boundary; returns the first row it did not handle (a ragged last group is left to the
@@ -650,7 +581,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutR
   alignas(32) float sws[kGroup * kTile];
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
   const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
-  if (packed && a.m <= 4 && s.bk % 2 == 0 && avx512_usable())
+  if (packed && a.m <= 4 && s.bk % 2 == 0 && avx512_active())
     n_begin = gemm_cols_avx512(a, s, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));

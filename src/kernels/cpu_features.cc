@@ -53,6 +53,9 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
+bool avx512_active() {
+  return active_isa() == Isa::kAvx2 && avx512_enabled() && cpu_has_avx512();
+}
 bool avx512_enabled() { return g_avx512.load(std::memory_order_relaxed); }
 void set_avx512_enabled(bool on) { g_avx512.store(on, std::memory_order_relaxed); }
 

@@ -27,6 +27,8 @@ const char* isa_name(Isa isa);
 bool avx512_enabled();
 // The CPU has AVX-512 F, BW, VL and DQ (and F16C), as the AVX-512 kernels require.
 bool cpu_has_avx512();
+// The AVX-512 decode kernels run: AVX2 ISA active, AVX-512 enabled, and the CPU has it.
+bool avx512_active();
 void set_avx512_enabled(bool on);
 
 }  // namespace strata::kernels

@@ -13,6 +13,7 @@
 #include "kernels/act_quant.h"
 #include "kernels/avx2_common.h"
 #include "kernels/cpu_features.h"
+#include "kernels/simd_decode.h"
 
 namespace strata::kernels {
 namespace {
@@ -58,18 +59,7 @@ void tiles_scalar(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight&
     }
 }
 
-#define STRATA_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
-
-// 16 E4M3 bytes -> two vectors of 8 floats equal to the E4M3 values times 2^-8 (bytes 0..7,
-// 8..15): the bits placed as (sign << 15) | (exp_mant << 7) form a binary16 of value * 2^-8
-// (subnormals included), which F16C widens exactly (same trick as kernels/block_gemm.cc).
-STRATA_AVX2_F16C inline void decode16(const uint8_t* p, __m256* lo, __m256* hi) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i z = _mm_setzero_si128();
-  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBFFF));
-  *lo = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(z, b), 1), keep));
-  *hi = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), keep));
-}
+#define STRATA_AVX2_F16C STRATA_TARGET_F16C
 
 // kNt tiles (8 rows each) at a time, all activation rows; f64 accumulators in memory
 // between K blocks, in registers inside one (2 chains per tile: rows 0-3 and 4-7).
@@ -99,7 +89,7 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
         const __m256d x1 = _mm256_set1_pd(static_cast<double>(xr[j + 1]));
         for (int i = 0; i < kNt; ++i) {
           __m256 w0, w1;
-          decode16(src[i] + j * kTile, &w0, &w1);
+          simd::decode16_e4m3(src[i] + j * kTile, &w0, &w1);
           w0 = _mm256_mul_ps(w0, sc[i]);
           w1 = _mm256_mul_ps(w1, sc[i]);
           a[i][0] = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm256_castps256_ps128(w0)), a[i][0]);
@@ -118,19 +108,9 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
 
 // ---- AVX-512: one whole packed group (8 tiles = 64 rows) per pass, one zmm of 8 f64 per
 // tile and activation row; two tiles decoded per instruction sequence.
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define STRATA_AVX512 STRATA_TARGET_AVX512
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-STRATA_AVX512 inline void decode_pair(const uint8_t* pa, const uint8_t* pb, __m512* wk, __m512* wk1) {
-  const __m256i b = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
-  const __m256i z = _mm256_setzero_si256();
-  const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
-  *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
-  *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
-}
-
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
 STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                                  int64_t t, double* acc) {
@@ -157,10 +137,10 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
       for (int64_t j = 0; j < bk; j += 2) {
         const int64_t off = j * kTile;
         __m512 u0, v0, u1, v1, u2, v2, u3, v3;  // pair c: u = k, v = k + 1
-        decode_pair(base + off, base + blk + off, &u0, &v0);
-        decode_pair(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
-        decode_pair(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
-        decode_pair(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
+        simd::decode_pair512<false>(base + off, base + blk + off, &u0, &v0);
+        simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
+        simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
+        simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
         u0 = _mm512_mul_ps(u0, s0);
         u1 = _mm512_mul_ps(u1, s1);
         u2 = _mm512_mul_ps(u2, s2);
@@ -205,14 +185,13 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
 }
 #pragma GCC diagnostic pop
 
-bool avx512_usable() { return cpu_has_avx512() && avx512_enabled(); }
 
 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
                 int64_t t1, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
   STRATA_CHECK(w.block_k % 2 == 0);
   constexpr int kNt = 4;
   std::vector<double> acc(static_cast<size_t>(m * kNt * kTile));
-  const bool use512 = avx512_usable() && w.block_k % 2 == 0;
+  const bool use512 = avx512_active() && w.block_k % 2 == 0;
   std::vector<double> acc512(use512 ? static_cast<size_t>(m * 64) : 0);
   for (int64_t t = t0; t < t1;) {
     if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {

@@ -141,7 +141,7 @@ int run_bench_gemv(const BenchGemvCli& o) {
   }
   if (!o.avx512.empty()) kernels::set_avx512_enabled(o.avx512 == "on");
   const bool avx2 = kernels::active_isa() == kernels::Isa::kAvx2;
-  const bool use512 = avx2 && kernels::avx512_enabled() && kernels::cpu_has_avx512();
+  const bool use512 = kernels::avx512_active();
   const std::string path = !avx2 ? "scalar" : use512 ? "avx512 (fp8/fp4/f64; bf16 avx2)" : "avx2";
 
   ThreadPool pool(o.threads);

@@ -136,8 +136,7 @@ int run_bench_model(BenchModelCli& o) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
                         {"isa", kernels::isa_name(kernels::active_isa())},
-                        {"avx512", kernels::active_isa() == kernels::Isa::kAvx2 &&
-                                       kernels::avx512_enabled() && kernels::cpu_has_avx512()},
+                        {"avx512", kernels::avx512_active()},
                         {"read_bandwidth_gbs", bw / 1e9},
                         {"prompt_tokens", o.prompt_tokens},
                         {"decode_tokens", o.decode_tokens},
@@ -151,8 +150,7 @@ int run_bench_model(BenchModelCli& o) {
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("model          {} ({})\n", o.model, info.architecture);
-    const bool avx512 = kernels::active_isa() == kernels::Isa::kAvx2 && kernels::avx512_enabled() &&
-                        kernels::cpu_has_avx512();
+    const bool avx512 = kernels::avx512_active();
     fmt::print("threads        {} (kernels: {}{})\n", threads,
                kernels::isa_name(kernels::active_isa()), avx512 ? " + avx512 decode paths" : "");
     fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB)\n", bw / 1e9, o.bw_mib);
