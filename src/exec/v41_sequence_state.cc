@@ -44,40 +44,16 @@ StatusOr<std::unique_ptr<V41SequenceState>> V41SequenceState::create(const Deeps
                                                                      int64_t max_tokens) {
   STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens));
   std::unique_ptr<V41SequenceState> s(new V41SequenceState(c, &sc->cache(), sc->seq(), 0));
-  s->owned_ = std::move(sc);
+  s->adopt(std::move(sc));
   s->max_tokens_ = max_tokens;
   return s;
 }
 
 V41SequenceState::V41SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq,
                                    int64_t length)
-    : config_(&c), cm_(cm), seq_(seq), length_(length) {
-  STRATA_CHECK(cm != nullptr);
-}
+    : SequenceCallState(cm, seq, length), config_(&c) {}
 
-V41SequenceState::~V41SequenceState() {
-  if (owned_ && in_call_) owned_->end_step();
-}
-
-Status V41SequenceState::begin_call(std::span<const int32_t> tokens) {
-  STRATA_CHECK_MSG(!in_call_, "V41SequenceState::begin_call twice");
-  if (owned_) {
-    STRATA_RETURN_IF_ERROR(owned_->begin_step(std::vector<int32_t>(tokens.begin(), tokens.end())));
-  } else if (cm_) {
-    STRATA_CHECK_MSG(cm_->num_computed(seq_) >= length_ + static_cast<int64_t>(tokens.size()),
-                     "seq {}: rows for [{}, {}) not committed (computed {})", seq_, length_,
-                     length_ + static_cast<int64_t>(tokens.size()), cm_->num_computed(seq_));
-  }
-  in_call_ = true;
-  return ok_status();
-}
-
-void V41SequenceState::end_call(int64_t n_tokens) {
-  STRATA_CHECK_MSG(in_call_, "V41SequenceState::end_call without begin_call");
-  if (owned_) owned_->end_step();
-  in_call_ = false;
-  length_ += n_tokens;
-}
+V41SequenceState::~V41SequenceState() = default;
 
 void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const {
   if (pos < window_floor_) {  // before a bounded replay's start: a fresh ring row

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "exec/sequence_call_state.h"
 #include "model/deepseek_config.h"
 
 namespace strata {
@@ -52,7 +53,7 @@ class CacheManager;
 class SequenceCache;
 class StateGraph;
 
-class V41SequenceState {
+class V41SequenceState : public SequenceCallState {
  public:
   // Legacy f32 mirror (no state module).
   explicit V41SequenceState(const DeepseekConfig& c);
@@ -64,20 +65,6 @@ class V41SequenceState {
   // `length` (the first plan's start_pos).
   V41SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
   ~V41SequenceState();
-  V41SequenceState(const V41SequenceState&) = delete;
-  V41SequenceState& operator=(const V41SequenceState&) = delete;
-
-  bool uses_state_graph() const { return cm_ != nullptr; }
-  // The manager and sequence id (null for the legacy backend).
-  CacheManager* cache_manager() const { return cm_; }
-  int64_t cache_seq() const { return seq_; }
-
-  int64_t length() const { return length_; }
-  // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
-  Status begin_call(std::span<const int32_t> tokens);
-  // Ends the call and advances length by the call's tokens.
-  void end_call(int64_t n_tokens);
-
   // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
   void read_window_row(int layer, int64_t pos, float* out) const;
   void write_window_row(int layer, int64_t pos, const float* x);
@@ -110,13 +97,8 @@ class V41SequenceState {
  private:
   struct Legacy;
   const DeepseekConfig* config_;
-  std::unique_ptr<SequenceCache> owned_;
-  CacheManager* cm_ = nullptr;
-  int64_t seq_ = 0;
   int64_t max_tokens_ = 0;
-  bool in_call_ = false;
   std::unique_ptr<Legacy> legacy_;
-  int64_t length_ = 0;
   int published_index_owner_ = -1;
   int64_t shared_prefix_end_ = 0;
   int64_t window_floor_ = 0;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "exec/sequence_call_state.h"
 #include "model/deepseek_config.h"
 
 namespace strata {
@@ -66,7 +67,7 @@ struct V4CompressorState {
   }
 };
 
-class V4SequenceState {
+class V4SequenceState : public SequenceCallState {
  public:
   // Legacy f32 mirror (no state module).
   explicit V4SequenceState(const DeepseekConfig& c);
@@ -77,19 +78,6 @@ class V4SequenceState {
   // External manager: sequence `seq` of `cm` (already added), computed up to `length`.
   V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
   ~V4SequenceState();
-  V4SequenceState(const V4SequenceState&) = delete;
-  V4SequenceState& operator=(const V4SequenceState&) = delete;
-
-  bool uses_state_graph() const { return cm_ != nullptr; }
-  CacheManager* cache_manager() const { return cm_; }
-  int64_t cache_seq() const { return seq_; }
-
-  int64_t length() const { return length_; }
-  // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
-  Status begin_call(std::span<const int32_t> tokens);
-  // Ends the call and advances length by the call's tokens.
-  void end_call(int64_t n_tokens);
-
   // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
   void read_window_row(int layer, int64_t pos, float* out) const;
   void write_window_row(int layer, int64_t pos, const float* x);
@@ -111,12 +99,7 @@ class V4SequenceState {
  private:
   struct Legacy;
   const DeepseekConfig* config_;
-  std::unique_ptr<SequenceCache> owned_;
-  CacheManager* cm_ = nullptr;
-  int64_t seq_ = 0;
-  bool in_call_ = false;
   std::unique_ptr<Legacy> legacy_;
-  int64_t length_ = 0;
 };
 
 }  // namespace strata

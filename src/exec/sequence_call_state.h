@@ -1,0 +1,55 @@
+// SequenceCallState: the forward-call lifecycle shared by the DeepSeek per-sequence state
+// adapters (V41SequenceState, V4SequenceState): which CacheManager sequence the state lives
+// in (or none: the legacy f32 mirror), an optionally owned SequenceCache, the computed
+// length, and begin_call / end_call around each forward.
+//
+// begin_call(tokens): with an owned SequenceCache, reserves rows for [length, length + n)
+// (ResourceExhausted past its capacity); with an external manager, CHECKs that the caller
+// committed those rows already (the runner plans and commits the step). end_call(n) ends the
+// step and advances length by n. Calling begin_call twice or end_call without begin_call is
+// a broken invariant (CHECK).
+// Thread safety: owned by one sequence; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "base/status.h"
+
+namespace strata {
+
+class CacheManager;
+class SequenceCache;
+
+class SequenceCallState {
+ public:
+  SequenceCallState(const SequenceCallState&) = delete;
+  SequenceCallState& operator=(const SequenceCallState&) = delete;
+
+  bool uses_state_graph() const { return cm_ != nullptr; }
+  // The manager and sequence id (null for the legacy backend).
+  CacheManager* cache_manager() const { return cm_; }
+  int64_t cache_seq() const { return seq_; }
+
+  int64_t length() const { return length_; }
+  // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
+  Status begin_call(std::span<const int32_t> tokens);
+  // Ends the call and advances length by the call's tokens.
+  void end_call(int64_t n_tokens);
+
+ protected:
+  SequenceCallState() = default;  // legacy backend
+  SequenceCallState(CacheManager* cm, int64_t seq, int64_t length);
+  ~SequenceCallState();
+  // Takes ownership of the cache the state lives in (create()).
+  void adopt(std::unique_ptr<SequenceCache> owned);
+
+  std::unique_ptr<SequenceCache> owned_;
+  CacheManager* cm_ = nullptr;
+  int64_t seq_ = 0;
+  bool in_call_ = false;
+  int64_t length_ = 0;
+};
+
+}  // namespace strata
