@@ -22,13 +22,17 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "kernels/block_gemm_internal.h"
 #include "kernels/simd_decode.h"
 #include "kernels/matmul.h"
 
 namespace strata::kernels {
 namespace {
 
-constexpr int kTile = 8;
+using detail::kTile;
+using detail::round_out;
+using detail::Src;
+
 constexpr int kGroup = 4;
 
 struct Luts {
@@ -62,28 +66,6 @@ inline int64_t padded_tiles(int64_t n) {
   const int64_t tiles = (n + kTile - 1) / kTile;
   return (tiles + kPackGroup - 1) / kPackGroup * kPackGroup;
 }
-
-inline float round_out(float v, OutRound out) { return out == OutRound::kF32 ? v : round_bf16(v); }
-
-// Where the weights come from.
-struct Src {
-  enum Kind { kFp8Raw, kFp8Packed, kFp4Raw, kFp4Packed } kind;
-  const uint8_t* codes = nullptr;
-  const uint8_t* scales_e8m0 = nullptr;  // raw layouts
-  const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed (per row)
-  int64_t n = 0, k = 0;
-  int bk = 32;       // K block of the weight scales (FP4: 32)
-  int block_n = 1;   // raw FP8 scale rows
-  bool fp4() const { return kind == kFp4Raw || kind == kFp4Packed; }
-  // Packed layouts: tile t's K block kb (see block_gemm.h).
-  const uint8_t* pcodes(int64_t t, int64_t kb) const {
-    const int64_t bpk = fp4() ? kTile / 2 : kTile;
-    return codes + packed_code_offset(t, kb, k / bk, bk, bpk);
-  }
-  const float* pscales(int64_t t, int64_t kb) const {
-    return scales_f32 + packed_scale_offset(t, kb, k / bk);
-  }
-};
 
 // ---- scalar panel fill: panel [bk][8] for rows n0..n0+7 (rows >= n are zero), sw [8]
 void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float* sw) {
@@ -434,144 +416,6 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   }
 }
 
-// ---- AVX-512 decode path (packed weights, M <= 4, one whole group of 8 tiles) ----
-// Two tiles share a zmm: lanes 0-7 = tile A's 8 rows, lanes 8-15 = tile B's, so a lane still
-// holds one output row and sees exactly the scalar order (bit-identical). 8 tiles = 4 zmm
-// chains per activation row; the group's K blocks are one sequential stream.
-#define STRATA_AVX512 STRATA_TARGET_AVX512
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-// Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1.
-// Explicit register variables: GCC keeps arrays of vectors on the stack.
-template <bool kFp4, int kRows>
-STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_t m0, float* out /*[kRows][64]*/) {
-  const int bk = s.bk;
-  const int64_t K = s.k, nkb = K / bk;
-  const int64_t act_per = a.block / bk, ldsx = K / a.block;
-  constexpr int bpk = kFp4 ? kTile / 2 : kTile;
-  const int64_t blk = static_cast<int64_t>(bk) * bpk;  // bytes of one tile's K block
-  const __m512 zero = _mm512_setzero_ps();
-  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // row 0, tile pairs 0..3
-  __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;  // row 1
-  const __m512 fold = _mm512_set1_ps(256.0f);  // see decode16_e4m3
-  const float* xr0 = a.q + m0 * K;
-  const float* xr1 = xr0 + K;
-  const float* sx0 = a.scales + m0 * ldsx;
-  const float* sx1 = sx0 + ldsx;
-  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    const uint8_t* base = s.pcodes(t0, kb);  // 8 tiles x blk bytes, contiguous
-    constexpr int kAhead = 4;
-    if (kb + kAhead < nkb) {
-      const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb + kAhead));
-      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-      const char* sc = reinterpret_cast<const char*>(s.pscales(t0, kb + kAhead));
-      for (int off = 0; off < 256; off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
-    }
-    __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
-    const float* x0 = xr0 + kb * bk;
-    const float* x1 = xr1 + kb * bk;
-    const uint8_t* c0 = base;
-    const uint8_t* c1 = base + 2 * blk;
-    const uint8_t* c2 = base + 4 * blk;
-    const uint8_t* c3 = base + 6 * blk;
-    for (int k = 0; k < bk; k += 2) {
-      const int64_t off = static_cast<int64_t>(k) * bpk;
-      __m512 w00, w01, w10, w11, w20, w21, w30, w31;
-      simd::decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
-      simd::decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
-      simd::decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
-      simd::decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
-      __m512 xa = _mm512_set1_ps(x0[k]);
-      p0 = _mm512_fmadd_ps(xa, w00, p0);
-      p1 = _mm512_fmadd_ps(xa, w10, p1);
-      p2 = _mm512_fmadd_ps(xa, w20, p2);
-      p3 = _mm512_fmadd_ps(xa, w30, p3);
-      if constexpr (kRows == 2) {
-        const __m512 xb = _mm512_set1_ps(x1[k]);
-        q0 = _mm512_fmadd_ps(xb, w00, q0);
-        q1 = _mm512_fmadd_ps(xb, w10, q1);
-        q2 = _mm512_fmadd_ps(xb, w20, q2);
-        q3 = _mm512_fmadd_ps(xb, w30, q3);
-      }
-      xa = _mm512_set1_ps(x0[k + 1]);
-      p0 = _mm512_fmadd_ps(xa, w01, p0);
-      p1 = _mm512_fmadd_ps(xa, w11, p1);
-      p2 = _mm512_fmadd_ps(xa, w21, p2);
-      p3 = _mm512_fmadd_ps(xa, w31, p3);
-      if constexpr (kRows == 2) {
-        const __m512 xb = _mm512_set1_ps(x1[k + 1]);
-        q0 = _mm512_fmadd_ps(xb, w01, q0);
-        q1 = _mm512_fmadd_ps(xb, w11, q1);
-        q2 = _mm512_fmadd_ps(xb, w21, q2);
-        q3 = _mm512_fmadd_ps(xb, w31, q3);
-      }
-    }
-    // acc += (p * sx) * sw, in that order (block_gemm.h)
-    const float* sc = s.pscales(t0, kb);  // 8 tiles x 8 rows
-    const __m512 sw0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
-    const __m512 sw1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
-    const __m512 sw2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
-    const __m512 sw3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
-    const __m512 s0 = _mm512_set1_ps(sx0[ab]);
-    a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_mul_ps(p0, s0), sw0));
-    a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_mul_ps(p1, s0), sw1));
-    a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_mul_ps(p2, s0), sw2));
-    a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_mul_ps(p3, s0), sw3));
-    if constexpr (kRows == 2) {
-      const __m512 s1 = _mm512_set1_ps(sx1[ab]);
-      b0 = _mm512_add_ps(b0, _mm512_mul_ps(_mm512_mul_ps(q0, s1), sw0));
-      b1 = _mm512_add_ps(b1, _mm512_mul_ps(_mm512_mul_ps(q1, s1), sw1));
-      b2 = _mm512_add_ps(b2, _mm512_mul_ps(_mm512_mul_ps(q2, s1), sw2));
-      b3 = _mm512_add_ps(b3, _mm512_mul_ps(_mm512_mul_ps(q3, s1), sw3));
-    }
-    if (++ai == act_per) {  // activation scale index kb / act_per without a division
-      ai = 0;
-      ++ab;
-    }
-  }
-  _mm512_storeu_ps(out + 0, a0);
-  _mm512_storeu_ps(out + 16, a1);
-  _mm512_storeu_ps(out + 32, a2);
-  _mm512_storeu_ps(out + 48, a3);
-  if constexpr (kRows == 2) {
-    _mm512_storeu_ps(out + 64, b0);
-    _mm512_storeu_ps(out + 80, b1);
-    _mm512_storeu_ps(out + 96, b2);
-    _mm512_storeu_ps(out + 112, b3);
-  }
-}
-
-#pragma GCC diagnostic pop
-
-
-// Decode over packed weights with AVX-512: rows [n_begin, n_end) must start on a group
-// boundary; returns the first row it did not handle (a ragged last group is left to the
-// AVX2 path).
-int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
-                         int64_t n_begin, int64_t n_end) {
-  constexpr int64_t kRowsPerGroup = kPackGroup * kTile;
-  if (n_begin % kRowsPerGroup != 0) return n_begin;
-  alignas(64) float buf[2 * kRowsPerGroup];
-  int64_t g0 = n_begin;
-  for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
-    for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
-      const int rows = m0 + 2 <= a.m ? 2 : 1;
-      if (s.kind == Src::kFp4Packed) {
-        if (rows == 2) group512<true, 2>(a, s, g0 / kTile, m0, buf);
-        else group512<true, 1>(a, s, g0 / kTile, m0, buf);
-      } else {
-        if (rows == 2) group512<false, 2>(a, s, g0 / kTile, m0, buf);
-        else group512<false, 1>(a, s, g0 / kTile, m0, buf);
-      }
-      for (int r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < kRowsPerGroup; ++i) y[(m0 + r) * s.n + g0 + i] = round_out(buf[r * kRowsPerGroup + i], out);
-    }
-  }
-  return g0;
-}
-
 STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutRound out,
                                 int64_t n_begin, int64_t n_end) {
   const int bk = s.bk;
@@ -582,7 +426,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, float* y, OutR
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
   const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
   if (packed && a.m <= 4 && s.bk % 2 == 0 && avx512_active())
-    n_begin = gemm_cols_avx512(a, s, y, out, n_begin, std::min(n_end, s.n));
+    n_begin = detail::gemm_cols_avx512(a, s, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
     std::fill(acc.begin(), acc.end(), 0.0f);

@@ -191,14 +191,15 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         // repacked weights: same bits, for M = 1, 2 (register path) and 5 (panel path)
         // (with and without the AVX-512 decode path where the CPU has it)
         const PackedFp8Weight P = pack_fp8_weight(W);
-        for (bool e512 : {false, true}) {
-          set_avx512_enabled(e512);
+        for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
+          set_avx512_enabled(mode >= 1);
+          set_avx512_ext_enabled(mode == 2);
           for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
             QuantActs am{q.data(), s.data(), m, K, bk};
             std::vector<float> yp(m * N, -1.0f);
             fp8_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
             for (int64_t i = 0; i < m * N; ++i)
-              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " avx512=" << e512;
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode;
           }
         }
       }
@@ -228,14 +229,15 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         fp4_gemm(a, W, y.data(), OutRound::kBf16, &pool);
         for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i;
         const PackedFp4Weight P = pack_fp4_weight(W);
-        for (bool e512 : {false, true}) {
-          set_avx512_enabled(e512);
+        for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
+          set_avx512_enabled(mode >= 1);
+          set_avx512_ext_enabled(mode == 2);
           for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, M}) {
             QuantActs am{q.data(), s.data(), m, K, act_block};
             std::vector<float> yp(m * N, -1.0f);
             fp4_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
             for (int64_t i = 0; i < m * N; ++i)
-              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " avx512=" << e512;
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode;
           }
         }
       }

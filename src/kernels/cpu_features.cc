@@ -59,6 +59,27 @@ bool avx512_active() {
 bool avx512_enabled() { return g_avx512.load(std::memory_order_relaxed); }
 void set_avx512_enabled(bool on) { g_avx512.store(on, std::memory_order_relaxed); }
 
+namespace {
+bool ext_default() {
+  const char* e = std::getenv("STRATA_AVX512_EXT");
+  return !(e && e[0] == '0');
+}
+std::atomic<bool> g_ext{ext_default()};
+}  // namespace
+bool cpu_has_avx512_ext() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool v = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") &&
+                        __builtin_cpu_supports("avx512vbmi");
+  return v;
+#else
+  return false;
+#endif
+}
+bool avx512_ext_active() {
+  return avx512_active() && g_ext.load(std::memory_order_relaxed) && cpu_has_avx512_ext();
+}
+void set_avx512_ext_enabled(bool on) { g_ext.store(on, std::memory_order_relaxed); }
+
 const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
 
 }  // namespace strata::kernels

@@ -111,6 +111,45 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
 #define STRATA_AVX512 STRATA_TARGET_AVX512
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 64 f64 accumulators (8 tiles x 8 rows) of one activation row: named members, so GCC keeps
+// them in registers.
+struct Acc64 {
+  __m512d a0, a1, a2, a3, a4, a5, a6, a7;
+};
+// acc += f64(xk) * f64(u) for the 4 zmm of f32 weights u0..u3 (tile pairs 0..3).
+STRATA_AVX512 inline __attribute__((always_inline)) __m512d lo(__m512 v) {
+  return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+STRATA_AVX512 inline __attribute__((always_inline)) __m512d hi(__m512 v) {
+  return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+}
+STRATA_AVX512 inline __attribute__((always_inline)) void fma_tiles(Acc64& A, __m512d xk, __m512 u0,
+                                                                   __m512 u1, __m512 u2, __m512 u3) {
+  A.a0 = _mm512_fmadd_pd(xk, lo(u0), A.a0);
+  A.a1 = _mm512_fmadd_pd(xk, hi(u0), A.a1);
+  A.a2 = _mm512_fmadd_pd(xk, lo(u1), A.a2);
+  A.a3 = _mm512_fmadd_pd(xk, hi(u1), A.a3);
+  A.a4 = _mm512_fmadd_pd(xk, lo(u2), A.a4);
+  A.a5 = _mm512_fmadd_pd(xk, hi(u2), A.a5);
+  A.a6 = _mm512_fmadd_pd(xk, lo(u3), A.a6);
+  A.a7 = _mm512_fmadd_pd(xk, hi(u3), A.a7);
+}
+STRATA_AVX512 inline __attribute__((always_inline)) Acc64 load_acc(const double* p) {
+  return Acc64{_mm512_loadu_pd(p),      _mm512_loadu_pd(p + 8),  _mm512_loadu_pd(p + 16),
+               _mm512_loadu_pd(p + 24), _mm512_loadu_pd(p + 32), _mm512_loadu_pd(p + 40),
+               _mm512_loadu_pd(p + 48), _mm512_loadu_pd(p + 56)};
+}
+STRATA_AVX512 inline __attribute__((always_inline)) void store_acc(double* p, const Acc64& A) {
+  _mm512_storeu_pd(p, A.a0);
+  _mm512_storeu_pd(p + 8, A.a1);
+  _mm512_storeu_pd(p + 16, A.a2);
+  _mm512_storeu_pd(p + 24, A.a3);
+  _mm512_storeu_pd(p + 32, A.a4);
+  _mm512_storeu_pd(p + 40, A.a5);
+  _mm512_storeu_pd(p + 48, A.a6);
+  _mm512_storeu_pd(p + 56, A.a7);
+}
+
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
 STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                                  int64_t t, double* acc) {
@@ -129,10 +168,7 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
     const __m512 s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
     for (int64_t r = 0; r < m; ++r) {
       double* ar = acc + r * 64;
-      __m512d a0 = _mm512_loadu_pd(ar), a1 = _mm512_loadu_pd(ar + 8);
-      __m512d a2 = _mm512_loadu_pd(ar + 16), a3 = _mm512_loadu_pd(ar + 24);
-      __m512d a4 = _mm512_loadu_pd(ar + 32), a5 = _mm512_loadu_pd(ar + 40);
-      __m512d a6 = _mm512_loadu_pd(ar + 48), a7 = _mm512_loadu_pd(ar + 56);
+      Acc64 A = load_acc(ar);
       const float* xr = x + r * ldx + kb * bk;
       for (int64_t j = 0; j < bk; j += 2) {
         const int64_t off = j * kTile;
@@ -149,39 +185,67 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
         v1 = _mm512_mul_ps(v1, s1);
         v2 = _mm512_mul_ps(v2, s2);
         v3 = _mm512_mul_ps(v3, s3);
-        const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[j]));
-        const __m512d xk1 = _mm512_set1_pd(static_cast<double>(xr[j + 1]));
-#define STRATA_LO(v) _mm512_cvtps_pd(_mm512_castps512_ps256(v))
-#define STRATA_HI(v) _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1))
-        a0 = _mm512_fmadd_pd(xk, STRATA_LO(u0), a0);
-        a1 = _mm512_fmadd_pd(xk, STRATA_HI(u0), a1);
-        a2 = _mm512_fmadd_pd(xk, STRATA_LO(u1), a2);
-        a3 = _mm512_fmadd_pd(xk, STRATA_HI(u1), a3);
-        a4 = _mm512_fmadd_pd(xk, STRATA_LO(u2), a4);
-        a5 = _mm512_fmadd_pd(xk, STRATA_HI(u2), a5);
-        a6 = _mm512_fmadd_pd(xk, STRATA_LO(u3), a6);
-        a7 = _mm512_fmadd_pd(xk, STRATA_HI(u3), a7);
-        a0 = _mm512_fmadd_pd(xk1, STRATA_LO(v0), a0);
-        a1 = _mm512_fmadd_pd(xk1, STRATA_HI(v0), a1);
-        a2 = _mm512_fmadd_pd(xk1, STRATA_LO(v1), a2);
-        a3 = _mm512_fmadd_pd(xk1, STRATA_HI(v1), a3);
-        a4 = _mm512_fmadd_pd(xk1, STRATA_LO(v2), a4);
-        a5 = _mm512_fmadd_pd(xk1, STRATA_HI(v2), a5);
-        a6 = _mm512_fmadd_pd(xk1, STRATA_LO(v3), a6);
-        a7 = _mm512_fmadd_pd(xk1, STRATA_HI(v3), a7);
-#undef STRATA_LO
-#undef STRATA_HI
+        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j])), u0, u1, u2, u3);
+        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j + 1])), v0, v1, v2, v3);
       }
-      _mm512_storeu_pd(ar, a0);
-      _mm512_storeu_pd(ar + 8, a1);
-      _mm512_storeu_pd(ar + 16, a2);
-      _mm512_storeu_pd(ar + 24, a3);
-      _mm512_storeu_pd(ar + 32, a4);
-      _mm512_storeu_pd(ar + 40, a5);
-      _mm512_storeu_pd(ar + 48, a6);
-      _mm512_storeu_pd(ar + 56, a7);
+      store_acc(ar, A);
     }
   }
+}
+
+// Same pass with the FP8 extension decode (simd::fp8_weights, CPUs with
+// kernels::avx512_ext_active()): weights decode to v·2^-120, and the per-row block scale is
+// applied as s·2^120, so u = fl32(v·s) exactly as above (v·2^-8 times s·256); the f64 FMAs
+// are unchanged. Needs every scale of the block below 2^7 (s·2^120 finite); returns false,
+// having changed nothing, when a block's scales are out of that range.
+STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
+                                                const PackedFp8Weight& w, int64_t t,
+                                                double* acc) {
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  if (bk % 4 != 0) return false;
+  const __m512 fold = _mm512_set1_ps(std::ldexp(1.0f, 120));
+  const __m512 limit = _mm512_set1_ps(128.0f);
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    for (int i = 0; i < 64; i += 16)
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(sc + i)), limit, _CMP_LT_OQ) != 0xFFFF)
+        return false;
+  }
+  const simd::Fp8Tables& T = simd::fp8_tables();
+  // u = v·s as an FMA with -0 (the same bits as a multiply for every input): this CPU's
+  // multiply is slow on subnormal inputs (E4M3 subnormals decode to f32 subnormals), its FMA
+  // is not (measured: 6 vs 14 G weights/s with 1/16 subnormal codes).
+  const __m512 nz = _mm512_set1_ps(-0.0f);
+  const __m512d z = _mm512_setzero_pd();
+  Acc64 A{z, z, z, z, z, z, z, z};
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
+    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    if (kb + 4 < nkb) {
+      const char* c = reinterpret_cast<const char*>(&w.codes[packed_code_offset(t, kb + 4, nkb, bk, kTile)]);
+      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+    }
+    const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
+    const __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
+    const __m512 s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
+    const __m512 s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+    const float* xr = x + kb * bk;
+    for (int64_t c = 0; c < bk; c += 4) {
+      const uint8_t* q = base + c * kTile;
+      const simd::Fp8Pair p0 = simd::fp8_pair(q, blk), p1 = simd::fp8_pair(q + 2 * blk, blk);
+      const simd::Fp8Pair p2 = simd::fp8_pair(q + 4 * blk, blk), p3 = simd::fp8_pair(q + 6 * blk, blk);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i idx = _mm512_load_si512(T.idx[k]);
+        const __m512 u0 = _mm512_fmadd_ps(simd::fp8_weights(p0, idx), s0, nz);
+        const __m512 u1 = _mm512_fmadd_ps(simd::fp8_weights(p1, idx), s1, nz);
+        const __m512 u2 = _mm512_fmadd_ps(simd::fp8_weights(p2, idx), s2, nz);
+        const __m512 u3 = _mm512_fmadd_ps(simd::fp8_weights(p3, idx), s3, nz);
+        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[c + k])), u0, u1, u2, u3);
+      }
+    }
+  }
+  store_acc(acc, A);
+  return true;
 }
 #pragma GCC diagnostic pop
 
@@ -192,11 +256,13 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
   constexpr int kNt = 4;
   std::vector<double> acc(static_cast<size_t>(m * kNt * kTile));
   const bool use512 = avx512_active() && w.block_k % 2 == 0;
+  const bool ext = use512 && avx512_ext_active();
   std::vector<double> acc512(use512 ? static_cast<size_t>(m * 64) : 0);
   for (int64_t t = t0; t < t1;) {
     if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {
       std::fill(acc512.begin(), acc512.end(), 0.0);
-      group_pass512(x, m, ldx, w, t, acc512.data());
+      if (!(m == 1 && ext && group_pass512_ext(x, ldx, w, t, acc512.data())))
+        group_pass512(x, m, ldx, w, t, acc512.data());
       for (int i = 0; i < kPackGroup * kTile; ++i) {
         const int64_t n = t * kTile + i;
         if (n < n_begin || n >= n_end) continue;

@@ -38,6 +38,9 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
     if ((c & 0x7f) == 0x7f) c = 0x10;  // no NaN codes
   }
   for (auto& s : sc) s = static_cast<uint8_t>(120 + rng() % 10);
+  for (const bool big_scale : {false, true}) {
+  // a block scale of 2^8 sends the groups holding it to the fallback of the extension pass
+  if (big_scale) sc[1] = 135;
   std::vector<float> x(M * ldx);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = bf16(nd(rng));
@@ -57,17 +60,21 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
     for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
       const Isa old = active_isa();
       force_isa(isa);
-      for (bool e512 : {false, true}) {
-        set_avx512_enabled(e512);
-        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> y(M * ldy, -7.0f);
-          fp8_dequant_gemm_f64(x.data(), M, ldx, p, nb, ne, y.data(), ldy, tp);
-          EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
-              << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa()) << " avx512 " << e512;
-        }
+      for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
+        set_avx512_enabled(mode >= 1);
+        set_avx512_ext_enabled(mode == 2);
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool})
+          for (const int64_t m : {int64_t{1}, M}) {  // the extension pass runs at M = 1
+            std::vector<float> y(m * ldy, -7.0f);
+            fp8_dequant_gemm_f64(x.data(), m, ldx, p, nb, ne, y.data(), ldy, tp);
+            EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+                << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa())
+                << " mode " << mode << " m " << m << " big scale " << big_scale;
+          }
       }
       force_isa(old);
     }
+  }
   }
 }
 

@@ -1,0 +1,481 @@
+// AVX-512 decode paths of the block-scaled GEMMs (packed weights, M <= 4, one whole group of
+// kPackGroup tiles = 64 rows at a time; reduction order in kernels/block_gemm.h).
+//
+// Chain path (FP8 and FP4): two tiles share a zmm (lanes 0-7 = tile A's 8 rows, lanes 8-15 =
+// tile B's), so a lane holds one output row and runs exactly the scalar sequential-FMA chain
+// over each K block (bit-identical); 8 tiles = 4 zmm chains per activation row, and the
+// group's K blocks are one sequential stream.
+//
+// FP4 dot path (CPUs with AVX512_BF16 + AVX512_VBMI, kernels::avx512_ext_active()): on a K
+// block whose activations pass fp4_block_sums_exact, every partial sum of the block's dot
+// products is exact in f32 whatever the order, so the chain's result equals the exact sum.
+// There the kernel selects each weight's nibble with VPMULTISHIFTQB, maps it to its bf16
+// value with one VPERMW, and lets VDPBF16PS multiply-add two K indices per lane (products of
+// bf16 values are exact in f32; the instruction's DAZ/FTZ never triggers: every product and
+// partial sum is a nonzero multiple of >= 2^-10 or zero). About 4 vector ops per 32 weights
+// instead of ~13 on the chain path. Blocks that fail the test (an activation below ~2^-5 of
+// its block's values, measured rare) take the chain path, so results stay bit-identical to
+// the scalar reference on every input.
+#include <immintrin.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/block_gemm_internal.h"
+#include "kernels/cpu_features.h"
+#include "kernels/simd_decode.h"
+
+namespace strata::kernels::detail {
+
+bool fp4_block_sums_exact(const float* x32) {
+  double sum = 0.0;
+  int min_lsb = 1 << 20;  // exponent of the smallest lowest-set-bit over nonzero values
+  for (int k = 0; k < 32; ++k) {
+    uint32_t bits;
+    std::memcpy(&bits, &x32[k], sizeof bits);
+    if ((bits & 0xFFFFu) != 0) return false;  // not bf16-representable
+    const int e = static_cast<int>((bits >> 23) & 0xFFu);
+    const uint32_t mant = bits & 0x7FFFFFu;
+    if (e == 0) {
+      if (mant != 0) return false;  // subnormal f32: never produced by act_quant
+      continue;                     // ±0 contributes nothing
+    }
+    if (e == 255) return false;
+    const int lsb = e - 150 + __builtin_ctz(mant | 0x800000u);
+    if (lsb < min_lsb) min_lsb = lsb;
+    sum += std::fabs(static_cast<double>(x32[k]));
+  }
+  if (sum == 0.0) return true;
+  // B = 6·Σ|x| <= 2^24·G with G = 2^(min_lsb - 1)
+  return 6.0 * sum <= std::ldexp(1.0, min_lsb + 23);
+}
+
+namespace {
+
+#define STRATA_AVX512 STRATA_TARGET_AVX512
+#define STRATA_AVX512_EXT STRATA_TARGET_AVX512_EXT
+#define STRATA_INLINE inline __attribute__((always_inline))
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// One K block's partial sums: p* = activation row 0 (tile pairs 0..3), q* = row 1.
+// (Named members, not an array: GCC keeps arrays of vectors on the stack.)
+struct Partials {
+  __m512 p0, p1, p2, p3, q0, q1, q2, q3;
+};
+
+// Sequential-FMA partials of the K block at `base` (8 tiles x blk bytes); the weights decode
+// to value x 2^-8 (simd_decode.h), so the partials are 2^-8 times the scalar path's.
+template <bool kFp4, int kRows>
+STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int64_t blk, int bk,
+                                                 const float* x0, const float* x1) {
+  constexpr int bpk = kFp4 ? kTile / 2 : kTile;
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  const uint8_t* c0 = base;
+  const uint8_t* c1 = base + 2 * blk;
+  const uint8_t* c2 = base + 4 * blk;
+  const uint8_t* c3 = base + 6 * blk;
+  for (int k = 0; k < bk; k += 2) {
+    const int64_t off = static_cast<int64_t>(k) * bpk;
+    __m512 w00, w01, w10, w11, w20, w21, w30, w31;
+    simd::decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
+    simd::decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
+    simd::decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
+    simd::decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
+    __m512 xa = _mm512_set1_ps(x0[k]);
+    p0 = _mm512_fmadd_ps(xa, w00, p0);
+    p1 = _mm512_fmadd_ps(xa, w10, p1);
+    p2 = _mm512_fmadd_ps(xa, w20, p2);
+    p3 = _mm512_fmadd_ps(xa, w30, p3);
+    if constexpr (kRows == 2) {
+      const __m512 xb = _mm512_set1_ps(x1[k]);
+      q0 = _mm512_fmadd_ps(xb, w00, q0);
+      q1 = _mm512_fmadd_ps(xb, w10, q1);
+      q2 = _mm512_fmadd_ps(xb, w20, q2);
+      q3 = _mm512_fmadd_ps(xb, w30, q3);
+    }
+    xa = _mm512_set1_ps(x0[k + 1]);
+    p0 = _mm512_fmadd_ps(xa, w01, p0);
+    p1 = _mm512_fmadd_ps(xa, w11, p1);
+    p2 = _mm512_fmadd_ps(xa, w21, p2);
+    p3 = _mm512_fmadd_ps(xa, w31, p3);
+    if constexpr (kRows == 2) {
+      const __m512 xb = _mm512_set1_ps(x1[k + 1]);
+      q0 = _mm512_fmadd_ps(xb, w01, q0);
+      q1 = _mm512_fmadd_ps(xb, w11, q1);
+      q2 = _mm512_fmadd_ps(xb, w21, q2);
+      q3 = _mm512_fmadd_ps(xb, w31, q3);
+    }
+  }
+  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+}
+
+// acc += (p * sx) * sw, in that order (block_gemm.h), for both activation rows.
+template <int kRows>
+STRATA_AVX512 STRATA_INLINE void scale_add(const Partials& P, const float* sc, __m512 fold,
+                                           float sx0, float sx1, __m512& a0, __m512& a1,
+                                           __m512& a2, __m512& a3, __m512& b0, __m512& b1,
+                                           __m512& b2, __m512& b3) {
+  const __m512 sw0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
+  const __m512 sw1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
+  const __m512 sw2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
+  const __m512 sw3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+  const __m512 s0 = _mm512_set1_ps(sx0);
+  a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_mul_ps(P.p0, s0), sw0));
+  a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_mul_ps(P.p1, s0), sw1));
+  a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_mul_ps(P.p2, s0), sw2));
+  a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_mul_ps(P.p3, s0), sw3));
+  if constexpr (kRows == 2) {
+    const __m512 s1 = _mm512_set1_ps(sx1);
+    b0 = _mm512_add_ps(b0, _mm512_mul_ps(_mm512_mul_ps(P.q0, s1), sw0));
+    b1 = _mm512_add_ps(b1, _mm512_mul_ps(_mm512_mul_ps(P.q1, s1), sw1));
+    b2 = _mm512_add_ps(b2, _mm512_mul_ps(_mm512_mul_ps(P.q2, s1), sw2));
+    b3 = _mm512_add_ps(b3, _mm512_mul_ps(_mm512_mul_ps(P.q3, s1), sw3));
+  }
+}
+
+STRATA_AVX512 STRATA_INLINE void prefetch_block(const Src& s, int64_t t0, int64_t kb,
+                                                int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb));
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+  const char* sc = reinterpret_cast<const char*>(s.pscales(t0, kb));
+  for (int off = 0; off < 256; off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
+}
+
+template <int kRows>
+STRATA_AVX512 STRATA_INLINE void store_out(float* out, __m512 a0, __m512 a1, __m512 a2,
+                                           __m512 a3, __m512 b0, __m512 b1, __m512 b2,
+                                           __m512 b3) {
+  _mm512_storeu_ps(out + 0, a0);
+  _mm512_storeu_ps(out + 16, a1);
+  _mm512_storeu_ps(out + 32, a2);
+  _mm512_storeu_ps(out + 48, a3);
+  if constexpr (kRows == 2) {
+    _mm512_storeu_ps(out + 64, b0);
+    _mm512_storeu_ps(out + 80, b1);
+    _mm512_storeu_ps(out + 96, b2);
+    _mm512_storeu_ps(out + 112, b3);
+  }
+}
+
+constexpr int kAhead = 4;  // K blocks of software prefetch
+
+// Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
+// path on every block.
+template <bool kFp4, int kRows>
+STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_t m0,
+                            float* out /*[kRows][64]*/) {
+  const int bk = s.bk;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  constexpr int bpk = kFp4 ? kTile / 2 : kTile;
+  const int64_t blk = static_cast<int64_t>(bk) * bpk;  // bytes of one tile's K block
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // row 0, tile pairs 0..3
+  __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;  // row 1
+  const __m512 fold = _mm512_set1_ps(256.0f);         // see decode16_e4m3
+  const float* xr0 = a.q + m0 * K;
+  const float* xr1 = xr0 + K;
+  const float* sx0 = a.scales + m0 * ldsx;
+  const float* sx1 = sx0 + ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    const Partials P =
+        chain_block<kFp4, kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk);
+    scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
+                     a2, a3, b0, b1, b2, b3);
+    if (++ai == act_per) {  // activation scale index kb / act_per without a division
+      ai = 0;
+      ++ab;
+    }
+  }
+  store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+// ---- FP8 extension decode (chain path with simd::fp8_weights, ~1.75 decode ops per 16
+// weights instead of ~6) ----
+// The weights decode to value x 2^-120 and the activations are pre-scaled by 2^112 (exact for
+// |x| < 2^15), so every FMA sees the product x·v·2^-8, as the F16C decode does: the partials
+// are the same bits as chain_block's. (Tried: two groups at once for 8 FMA chains at M = 1;
+// slower, the registers spill.)
+
+// Activations pre-scaled by 2^112, per GEMM call: [M][K]; usable when every |x| < 2^15.
+struct Fp8ExtActs {
+  std::vector<float> xs;
+  bool ok = false;
+};
+
+void prepare_fp8_ext(const QuantActs& a, Fp8ExtActs* d) {
+  const int64_t n = a.m * a.k;
+  d->xs.resize(static_cast<size_t>(n));
+  d->ok = true;
+  const float scale = std::ldexp(1.0f, 112);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = a.q[i];
+    if (!(std::fabs(v) < 32768.0f)) d->ok = false;
+    d->xs[static_cast<size_t>(i)] = v * scale;
+  }
+}
+
+// Partials of one K block (base: 8 tiles x blk bytes) for activation rows x0 (p*) and, when
+// kRows == 2, x1 (q*).
+template <int kRows>
+STRATA_AVX512_EXT STRATA_INLINE Partials chain_block_fp8_ext(const uint8_t* base, int64_t blk,
+                                                             int bk, const float* x0,
+                                                             const float* x1,
+                                                             const simd::Fp8Tables& T) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  for (int c = 0; c < bk; c += 4) {
+    const uint8_t* a = base + c * kTile;
+    const simd::Fp8Pair a0 = simd::fp8_pair(a, blk), a1 = simd::fp8_pair(a + 2 * blk, blk);
+    const simd::Fp8Pair a2 = simd::fp8_pair(a + 4 * blk, blk), a3 = simd::fp8_pair(a + 6 * blk, blk);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i idx = _mm512_load_si512(T.idx[k]);
+      const __m512 xa = _mm512_set1_ps(x0[c + k]);
+      const __m512 w0 = simd::fp8_weights(a0, idx), w1 = simd::fp8_weights(a1, idx);
+      const __m512 w2 = simd::fp8_weights(a2, idx), w3 = simd::fp8_weights(a3, idx);
+      p0 = _mm512_fmadd_ps(xa, w0, p0);
+      p1 = _mm512_fmadd_ps(xa, w1, p1);
+      p2 = _mm512_fmadd_ps(xa, w2, p2);
+      p3 = _mm512_fmadd_ps(xa, w3, p3);
+      if constexpr (kRows == 2) {
+        const __m512 xb = _mm512_set1_ps(x1[c + k]);
+        q0 = _mm512_fmadd_ps(xb, w0, q0);
+        q1 = _mm512_fmadd_ps(xb, w1, q1);
+        q2 = _mm512_fmadd_ps(xb, w2, q2);
+        q3 = _mm512_fmadd_ps(xb, w3, q3);
+      }
+    }
+  }
+  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+}
+
+// Rows [g0, g0 + 64) (tiles t0..t0+7), activation rows m0..m0+kRows-1; out [kRows][64].
+template <int kRows>
+STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_t t0,
+                                        int64_t m0, const Fp8ExtActs& d, float* out) {
+  const int bk = s.bk;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  const int64_t blk = static_cast<int64_t>(bk) * kTile;
+  const simd::Fp8Tables& T = simd::fp8_tables();
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+  __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
+  const __m512 fold = _mm512_set1_ps(256.0f);
+  const float* xr0 = d.xs.data() + m0 * K;
+  const float* xr1 = xr0 + K;
+  const float* sx0 = a.scales + m0 * ldsx;
+  const float* sx1 = sx0 + ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    const Partials P =
+        chain_block_fp8_ext<kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk, T);
+    scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
+                     a2, a3, b0, b1, b2, b3);
+    if (++ai == act_per) {
+      ai = 0;
+      ++ab;
+    }
+  }
+  store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+// ---- FP4 dot path ----
+
+// Activations of the dot path for one GEMM call: x as bf16 pairs (K index 2j in the low half
+// of pairs[m][j]) and, per 32-wide K block, whether fp4_block_sums_exact holds.
+struct Fp4DotActs {
+  std::vector<uint32_t> pairs;  // [M][K/2]
+  std::vector<uint8_t> exact;   // [M][K/32]
+};
+
+void prepare_fp4_dot(const QuantActs& a, Fp4DotActs* d) {
+  const int64_t K = a.k, nkb = K / 32;
+  d->pairs.resize(static_cast<size_t>(a.m * K / 2));
+  d->exact.resize(static_cast<size_t>(a.m * nkb));
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* x = a.q + m * K;
+    for (int64_t j = 0; j < K / 2; ++j) {
+      uint32_t lo, hi;
+      std::memcpy(&lo, &x[2 * j], 4);
+      std::memcpy(&hi, &x[2 * j + 1], 4);
+      d->pairs[static_cast<size_t>(m * K / 2 + j)] = (lo >> 16) | (hi & 0xFFFF0000u);
+    }
+    for (int64_t kb = 0; kb < nkb; ++kb)
+      d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;
+  }
+}
+
+// bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (bit 4 is the next
+// nibble's low bit: the 16 codes repeat).
+struct DotTables {
+  alignas(64) uint16_t value[32];
+  // VPMULTISHIFTQB control: byte b of qword q selects the 8 bits starting at this bit offset
+  // of the same qword, which holds (after the qword permute) one tile's 4 bytes of K index
+  // 2j then 4 bytes of 2j+1 (row r's nibble at bit 4r / 32 + 4r). Lane l = dword l holds row
+  // r = l % 8 as the word pair (K 2j, K 2j+1); only each word's low byte matters.
+  alignas(64) uint8_t ctrl[64];
+  // VPERMT2Q index per pair j (of 8 in a 64-byte chunk): qwords 0-3 <- tile A's qword j,
+  // qwords 4-7 <- tile B's.
+  alignas(64) uint64_t qidx[8][8];
+  DotTables() {
+    for (int c = 0; c < 32; ++c) {
+      const float v = e2m1_value(static_cast<uint8_t>(c & 15));
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      value[c] = static_cast<uint16_t>(bits >> 16);
+    }
+    for (int q = 0; q < 8; ++q)
+      for (int l = 0; l < 2; ++l) {
+        const int r = (2 * q + l) % 8;
+        uint8_t* b = ctrl + q * 8 + l * 4;
+        b[0] = b[1] = static_cast<uint8_t>(4 * r);
+        b[2] = b[3] = static_cast<uint8_t>(32 + 4 * r);
+      }
+    for (int j = 0; j < 8; ++j)
+      for (int q = 0; q < 8; ++q) qidx[j][q] = static_cast<uint64_t>(q < 4 ? j : 8 + j);
+  }
+};
+const DotTables& dot_tables() {
+  static const DotTables t;
+  return t;
+}
+
+// 32 bf16 weights of tile pair (A, B) at K pair j (chunks hold 8 pairs: 64 bytes per tile).
+STRATA_AVX512_EXT STRATA_INLINE __m512i dot_weights(__m512i chunk_a, __m512i chunk_b,
+                                                    __m512i qidx, __m512i ctrl,
+                                                    __m512i table) {
+  const __m512i g = _mm512_permutex2var_epi64(chunk_a, qidx, chunk_b);
+  return _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctrl, g), table);
+}
+
+// Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS.
+template <int kRows>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint32_t* xp0,
+                                                   const uint32_t* xp1, const DotTables& T) {
+  constexpr int64_t blk = 32 * kTile / 2;  // 128 bytes of one tile's K block
+  const __m512i ctrl = _mm512_load_si512(T.ctrl);
+  const __m512i table = _mm512_load_si512(T.value);
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* c = base + half * 64;
+    const __m512i a0 = _mm512_loadu_si512(c), b0 = _mm512_loadu_si512(c + blk);
+    const __m512i a1 = _mm512_loadu_si512(c + 2 * blk), b1 = _mm512_loadu_si512(c + 3 * blk);
+    const __m512i a2 = _mm512_loadu_si512(c + 4 * blk), b2 = _mm512_loadu_si512(c + 5 * blk);
+    const __m512i a3 = _mm512_loadu_si512(c + 6 * blk), b3 = _mm512_loadu_si512(c + 7 * blk);
+    for (int j = 0; j < 8; ++j) {
+      const __m512i qi = _mm512_load_si512(T.qidx[j]);
+      const __m512i w0 = dot_weights(a0, b0, qi, ctrl, table);
+      const __m512i w1 = dot_weights(a1, b1, qi, ctrl, table);
+      const __m512i w2 = dot_weights(a2, b2, qi, ctrl, table);
+      const __m512i w3 = dot_weights(a3, b3, qi, ctrl, table);
+      const int jj = half * 8 + j;
+      const __m512bh xa = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[jj]));
+      p0 = _mm512_dpbf16_ps(p0, (__m512bh)w0, xa);
+      p1 = _mm512_dpbf16_ps(p1, (__m512bh)w1, xa);
+      p2 = _mm512_dpbf16_ps(p2, (__m512bh)w2, xa);
+      p3 = _mm512_dpbf16_ps(p3, (__m512bh)w3, xa);
+      if constexpr (kRows == 2) {
+        const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[jj]));
+        q0 = _mm512_dpbf16_ps(q0, (__m512bh)w0, xb);
+        q1 = _mm512_dpbf16_ps(q1, (__m512bh)w1, xb);
+        q2 = _mm512_dpbf16_ps(q2, (__m512bh)w2, xb);
+        q3 = _mm512_dpbf16_ps(q3, (__m512bh)w3, xb);
+      }
+    }
+  }
+  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+}
+
+template <int kRows>
+STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_t t0,
+                                        int64_t m0, const Fp4DotActs& d,
+                                        float* out /*[kRows][64]*/) {
+  constexpr int bk = 32;
+  constexpr int64_t blk = bk * kTile / 2;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  const DotTables& T = dot_tables();
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+  __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
+  const __m512 fold = _mm512_set1_ps(256.0f), one = _mm512_set1_ps(1.0f);
+  const float* xr0 = a.q + m0 * K;
+  const float* xr1 = xr0 + K;
+  const uint32_t* xp0 = d.pairs.data() + m0 * K / 2;
+  const uint32_t* xp1 = xp0 + K / 2;
+  const uint8_t* ex0 = d.exact.data() + m0 * nkb;
+  const uint8_t* ex1 = ex0 + nkb;
+  const float* sx0 = a.scales + m0 * ldsx;
+  const float* sx1 = sx0 + ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    const uint8_t* base = s.pcodes(t0, kb);
+    const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
+    if (exact) {
+      const Partials P = dot_block<kRows>(base, xp0 + kb * 16, xp1 + kb * 16, T);
+      scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
+                       a1, a2, a3, b0, b1, b2, b3);
+    } else {
+      const Partials P = chain_block<true, kRows>(base, blk, bk, xr0 + kb * bk, xr1 + kb * bk);
+      scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
+                       a1, a2, a3, b0, b1, b2, b3);
+    }
+    if (++ai == act_per) {
+      ai = 0;
+      ++ab;
+    }
+  }
+  store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
+                         int64_t n_begin, int64_t n_end) {
+  constexpr int64_t kRowsPerGroup = kPackGroup * kTile;
+  if (n_begin % kRowsPerGroup != 0) return n_begin;
+  alignas(64) float buf[2 * kRowsPerGroup];
+  const bool fp4 = s.kind == Src::kFp4Packed;
+  const bool ext = avx512_ext_active() && n_begin + kRowsPerGroup <= n_end;
+  const bool dot = fp4 && ext;
+  thread_local Fp4DotActs d;
+  thread_local Fp8ExtActs d8;
+  if (dot) prepare_fp4_dot(a, &d);
+  const bool ext8 = !fp4 && ext && s.bk % 4 == 0 && (prepare_fp8_ext(a, &d8), d8.ok);
+  int64_t g0 = n_begin;
+  for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
+    for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
+      const int rows = m0 + 2 <= a.m ? 2 : 1;
+      const int64_t t0 = g0 / kTile;
+      if (dot) {
+        if (rows == 2) group512_fp4_dot<2>(a, s, t0, m0, d, buf);
+        else group512_fp4_dot<1>(a, s, t0, m0, d, buf);
+      } else if (ext8) {
+        if (rows == 2) group512_fp8_ext<2>(a, s, t0, m0, d8, buf);
+        else group512_fp8_ext<1>(a, s, t0, m0, d8, buf);
+      } else if (fp4) {
+        if (rows == 2) group512<true, 2>(a, s, t0, m0, buf);
+        else group512<true, 1>(a, s, t0, m0, buf);
+      } else {
+        if (rows == 2) group512<false, 2>(a, s, t0, m0, buf);
+        else group512<false, 1>(a, s, t0, m0, buf);
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < kRowsPerGroup; ++i)
+          y[(m0 + r) * s.n + g0 + i] = round_out(buf[r * kRowsPerGroup + i], out);
+    }
+  }
+  return g0;
+}
+
+}  // namespace strata::kernels::detail

@@ -1,0 +1,203 @@
+// Tests for the AVX-512 extension paths of the decode GEMMs (kernels/block_gemm_avx512.cc):
+// the exactness predicate that lets the FP4 path reorder its block sums, and bit-exact
+// agreement with a scalar transcription of the reference loop on inputs built to send some
+// blocks down each branch (dot path, chain fallback; FP8 extension decode and its fallback).
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/thread_pool.h"
+#include "kernels/act_quant.h"
+#include "kernels/block_gemm.h"
+#include "kernels/block_gemm_internal.h"
+#include "kernels/cpu_features.h"
+
+namespace strata::kernels {
+namespace {
+
+using detail::fp4_block_sums_exact;
+
+const float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+
+float dec_e4m3(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? m * std::ldexp(1.0f, -9) : (1.0f + m / 8.0f) * std::ldexp(1.0f, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// Quantized activation blocks of 32 as the model produces them (act_quant, ue8m0 scales).
+std::vector<float> quantized_blocks(std::mt19937& g, int blocks) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(blocks) * 32), q(x.size()), s(blocks);
+  for (auto& v : x) v = d(g);
+  act_quant_fp8(x.data(), 1, static_cast<int64_t>(x.size()), 32, ScaleFmt::kUe8m0, nullptr,
+                q.data(), s.data());
+  return q;
+}
+
+float chain(const float* x, const float* w, bool reverse) {
+  float p = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const int k = reverse ? 31 - i : i;
+    p = std::fma(x[k], w[k], p);
+  }
+  return p;
+}
+
+TEST(Fp4BlockSumsExact, TrueBlocksSumExactlyInAnyOrder) {
+  std::mt19937 g(7);
+  const int blocks = 400;
+  const std::vector<float> q = quantized_blocks(g, blocks);
+  std::uniform_int_distribution<int> code(0, 15);
+  int exact_blocks = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const float* x = q.data() + b * 32;
+    if (!fp4_block_sums_exact(x)) continue;
+    ++exact_blocks;
+    for (int trial = 0; trial < 50; ++trial) {
+      float w[32];
+      double exact = 0.0;
+      for (int k = 0; k < 32; ++k) {
+        w[k] = kE2m1[code(g)];
+        exact += static_cast<double>(x[k]) * w[k];  // exact in f64 (27-bit integers x 2^-10)
+      }
+      ASSERT_EQ(static_cast<double>(chain(x, w, false)), exact) << "block " << b;
+      ASSERT_EQ(static_cast<double>(chain(x, w, true)), exact) << "block " << b;
+    }
+  }
+  // Gaussian activations pass almost always (the kernel's fast path is the common case).
+  EXPECT_GE(exact_blocks, blocks * 9 / 10);
+}
+
+TEST(Fp4BlockSumsExact, RejectsBlocksWhoseChainRounds) {
+  // 31 activations at the E4M3 maximum and one at the smallest subnormal: with w = 6 the
+  // chain reaches 83328 (ulp 2^-7) and then adds 6 * 2^-9, which cannot be represented.
+  float x[32], w[32];
+  for (int k = 0; k < 32; ++k) {
+    x[k] = 448.0f;
+    w[k] = 6.0f;
+  }
+  x[31] = std::ldexp(1.0f, -9);
+  const double exact = 31.0 * 448.0 * 6.0 + 6.0 * std::ldexp(1.0, -9);
+  EXPECT_NE(static_cast<double>(chain(x, w, false)), exact);  // the case the test guards
+  EXPECT_FALSE(fp4_block_sums_exact(x));
+  x[31] = 0.125f;  // lsb 2^-3: 6 * Σ|x| = 83328.75 <= 2^24 * 2^-4 -> provably exact
+  EXPECT_TRUE(fp4_block_sums_exact(x));
+  EXPECT_EQ(static_cast<double>(chain(x, w, false)), 31.0 * 448.0 * 6.0 + 0.75);
+}
+
+TEST(Fp4BlockSumsExact, RejectsValuesOutsideBf16AndSpecials) {
+  float x[32] = {};
+  EXPECT_TRUE(fp4_block_sums_exact(x));  // all zero
+  x[0] = 1.0f + std::ldexp(1.0f, -10);     // needs more than bf16's 8 significant bits
+  EXPECT_FALSE(fp4_block_sums_exact(x));
+  x[0] = std::ldexp(1.0f, -130);  // f32 subnormal
+  EXPECT_FALSE(fp4_block_sums_exact(x));
+  x[0] = INFINITY;
+  EXPECT_FALSE(fp4_block_sums_exact(x));
+}
+
+// Scalar transcription of the reference loop (kernels/block_gemm.h).
+std::vector<float> ref_fp4(const std::vector<float>& q, const std::vector<float>& s, int64_t M,
+                           int64_t K, int act_block, const std::vector<uint8_t>& w,
+                           const std::vector<uint8_t>& ws, int64_t N) {
+  std::vector<float> y(M * N);
+  const int64_t nkb = K / 32;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0;
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        float p = 0;
+        for (int k = 0; k < 32; ++k) {
+          const int64_t kk = kb * 32 + k;
+          const uint8_t byte = w[n * (K / 2) + kk / 2];
+          p = std::fma(q[m * K + kk], kE2m1[(kk % 2 == 0) ? (byte & 0xf) : (byte >> 4)], p);
+        }
+        acc = acc + (p * s[m * (K / act_block) + kb * 32 / act_block]) *
+                        std::ldexp(1.0f, ws[n * nkb + kb] - 127);
+      }
+      y[m * N + n] = round_bf16(acc);
+    }
+  return y;
+}
+
+TEST(BlockGemmExt, Fp4MixedExactAndFallbackBlocksBitExact) {
+  std::mt19937 g(11);
+  const int64_t M = 3, K = 512, N = 192, nkb = K / 32;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(M * K);
+  for (auto& v : x) v = round_bf16(d(g));
+  // In every third block, one activation ~2^-14 of the block's largest: after quantization
+  // it is a small E4M3 value with a low lowest-set-bit, which defeats the exactness bound.
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kb = m % 3; kb < nkb; kb += 3) x[m * K + kb * 32 + 5] = 1.0e-4f;
+  std::vector<float> q(M * K), s(M * nkb);
+  act_quant_fp8(x.data(), M, K, 32, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
+  int exact = 0, inexact = 0;
+  for (int64_t b = 0; b < M * nkb; ++b) (fp4_block_sums_exact(q.data() + b * 32) ? exact : inexact)++;
+  ASSERT_GT(exact, 0);
+  ASSERT_GT(inexact, 0);  // both branches of the kernel run
+  std::uniform_int_distribution<int> byte(0, 255), sc(118, 130);
+  std::vector<uint8_t> w(N * K / 2), ws(N * nkb);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(g));
+  for (auto& b : ws) b = static_cast<uint8_t>(sc(g));
+  const PackedFp4Weight P = pack_fp4_weight(Fp4Weight{w.data(), ws.data(), N, K, 32});
+  const std::vector<float> expect = ref_fp4(q, s, M, K, 32, w, ws, N);
+  ThreadPool pool(2);
+  for (bool ext : {false, true}) {
+    set_avx512_ext_enabled(ext);
+    for (int64_t m = 1; m <= M; ++m) {
+      std::vector<float> y(m * N, -1.0f);
+      fp4_gemm_packed(QuantActs{q.data(), s.data(), m, K, 32}, P, y.data(), OutRound::kBf16,
+                      &pool);
+      for (int64_t i = 0; i < m * N; ++i) ASSERT_EQ(y[i], expect[i]) << "m=" << m << " i=" << i;
+    }
+  }
+  set_avx512_ext_enabled(true);
+}
+
+TEST(BlockGemmExt, Fp8ExtensionDecodeAllCodesAndLargeActivationFallback) {
+  // Every non-NaN E4M3 code (subnormals, both zeros) in a 128-row weight; then activations beyond the 2^15 pre-scale range (not E4M3 values, so
+  // only a contract violation produces them) must take the fallback with the same bits.
+  const int64_t K = 256, N = 128, bk = 32, nkb = K / bk;
+  std::vector<uint8_t> w(N * K);
+  for (int64_t i = 0; i < N * K; ++i) {
+    w[i] = static_cast<uint8_t>((i * 37 + i / K) & 0xFF);
+    if ((w[i] & 0x7F) == 0x7F) w[i] = 0x7E;  // the scalar path decodes NaN codes as NaN
+  }
+  std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
+  for (size_t i = 0; i < wsf.size(); ++i) wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
+  std::mt19937 g(3);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (float big : {0.0f, 65536.0f}) {
+    std::vector<float> q(2 * K), s(2 * nkb);
+    for (auto& v : q) {
+      int c = code(g);
+      if ((c & 0x7F) == 0x7F) c = 0x7E;
+      v = dec_e4m3(static_cast<uint8_t>(c));
+    }
+    for (size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
+    if (big != 0.0f) q[17] = big;
+    const Fp8BlockWeight W{w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk),
+                           static_cast<int>(bk)};
+    const PackedFp8Weight P = pack_fp8_weight(W);
+    for (int64_t m : {1, 2}) {
+      const QuantActs a{q.data(), s.data(), m, K, static_cast<int>(bk)};
+      std::vector<float> expect(m * N), y(m * N);
+      ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
+      for (bool ext : {false, true}) {
+        set_avx512_ext_enabled(ext);
+        fp8_gemm_packed(a, P, y.data(), OutRound::kF32, nullptr);
+        for (int64_t i = 0; i < m * N; ++i)
+          ASSERT_EQ(y[i], expect[i]) << "big=" << big << " m=" << m << " ext=" << ext;
+      }
+    }
+  }
+  set_avx512_ext_enabled(true);
+}
+
+}  // namespace
+}  // namespace strata::kernels

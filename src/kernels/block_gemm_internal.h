@@ -1,0 +1,52 @@
+// Internal to kernels/block_gemm*.cc (not a public header): the weight-source descriptor the
+// block-scaled GEMM paths share, and the AVX-512 decode entry point that lives in its own
+// translation unit (kernels/block_gemm_avx512.cc). Formats, layouts and the reduction order
+// are documented in kernels/block_gemm.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/act_quant.h"
+#include "kernels/block_gemm.h"
+
+namespace strata::kernels::detail {
+
+inline constexpr int kTile = 8;  // weight rows per tile of the packed layouts
+
+inline float round_out(float v, OutRound out) { return out == OutRound::kF32 ? v : round_bf16(v); }
+
+// Where the weights come from.
+struct Src {
+  enum Kind { kFp8Raw, kFp8Packed, kFp4Raw, kFp4Packed } kind;
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales_e8m0 = nullptr;  // raw layouts
+  const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed (per row)
+  int64_t n = 0, k = 0;
+  int bk = 32;       // K block of the weight scales (FP4: 32)
+  int block_n = 1;   // raw FP8 scale rows
+  bool fp4() const { return kind == kFp4Raw || kind == kFp4Packed; }
+  // Packed layouts: tile t's K block kb (see block_gemm.h).
+  const uint8_t* pcodes(int64_t t, int64_t kb) const {
+    const int64_t bpk = fp4() ? kTile / 2 : kTile;
+    return codes + packed_code_offset(t, kb, k / bk, bk, bpk);
+  }
+  const float* pscales(int64_t t, int64_t kb) const {
+    return scales_f32 + packed_scale_offset(t, kb, k / bk);
+  }
+};
+
+// Decode over packed weights with AVX-512 (caller checks avx512_active(), a.m <= 4, s.bk
+// even): rows [n_begin, n_end) must start on a group boundary (kPackGroup tiles); returns the
+// first row it did not handle (a ragged last group is left to the AVX2 path). y is [a.m, s.n].
+int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
+                         int64_t n_begin, int64_t n_end);
+
+// True when every partial sum of Σ_k x[k]·w[k] over these 32 activations is exactly
+// representable in f32 for EVERY E2M1 weight vector w (so any summation order, including
+// the reference's sequential FMA chain, gives the same bits). x must be bf16-representable
+// (E4M3 values are). Proof: each nonzero x[k] is a multiple of its lowest set bit, every
+// E2M1 value is a multiple of 0.5 with |w| ≤ 6, so all partial sums are multiples of
+// G = 0.5·min_k lsb(x[k]) bounded by B = 6·Σ|x[k]|; they are exact when B ≤ 2^24·G.
+bool fp4_block_sums_exact(const float* x32);
+
+}  // namespace strata::kernels::detail
