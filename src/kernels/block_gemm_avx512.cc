@@ -162,7 +162,10 @@ STRATA_AVX512 STRATA_INLINE void store_out(float* out, __m512 a0, __m512 a1, __m
   }
 }
 
-constexpr int kAhead = 4;  // K blocks of software prefetch
+// K blocks of software prefetch. Groups are contiguous in the packed layouts, so prefetching
+// block kb + kAhead of a group's last blocks reads the next group's first ones (the next call
+// of a row range); past the array's end it is a no-op (prefetches never fault).
+constexpr int kAhead = 4;
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
 // path on every block.
@@ -183,7 +186,7 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
     const Partials P =
         chain_block<kFp4, kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk);
     scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
@@ -273,7 +276,7 @@ STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
     const Partials P =
         chain_block_fp8_ext<kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk, T);
     scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
@@ -416,7 +419,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    if (kb + kAhead < nkb) prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);
+    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
     const uint8_t* base = s.pcodes(t0, kb);
     const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
     if (exact) {
