@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "kernels/cpu_features.h"
 
 namespace strata::kernels {
 namespace {
@@ -204,6 +208,58 @@ TEST(ActQuant, E4m3EncodeMatchesExhaustiveNearest) {
       const uint8_t want = static_cast<uint8_t>(nearest_e4m3_code(std::fabs(x)) | (std::signbit(x) ? 0x80 : 0));
       ASSERT_EQ(f32_to_e4m3(x), want) << "x=" << x;
     }
+}
+
+}  // namespace
+}  // namespace strata::kernels
+
+namespace strata::kernels {
+namespace {
+
+// The AVX-512 form of act_quant_fp8 (q_vals only) and act_qdq_fp8 gives the scalar loops'
+// bits on values spanning every E4M3 binade, the subnormal range, exact rounding ties, ±0,
+// saturation, zero blocks and NaN blocks (which fall back to the scalar loop).
+TEST(ActQuant, Fp8VectorFormMatchesScalarBits) {
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> e(-24.0f, 12.0f);
+  const int64_t rows = 3, cols = 1024, block = 32;
+  std::vector<float> x(rows * cols);
+  for (size_t i = 0; i < x.size(); ++i) {
+    float v = std::exp2(e(g)) * ((g() & 1) ? -1.0f : 1.0f);
+    switch (i % 11) {
+      case 0: v = 0.0f; break;
+      case 1: v = -0.0f; break;
+      case 2: v = 1.0625f * std::exp2(static_cast<float>(g() % 12) - 6.0f); break;  // ties
+      default: break;
+    }
+    if (i % 97 == 3) v = 1e9f;  // a few blocks with one huge value
+    x[i] = round_bf16(v);
+  }
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;         // zero block
+  x[200] = std::numeric_limits<float>::quiet_NaN();  // NaN block -> scalar fallback
+  auto run = [&](bool avx512, std::vector<float>* q, std::vector<float>* s, std::vector<float>* qdq) {
+    set_avx512_enabled(avx512);
+    q->assign(x.size(), -1.0f);
+    s->assign(rows * cols / block, -1.0f);
+    act_quant_fp8(x.data(), rows, cols, block, ScaleFmt::kUe8m0, nullptr, q->data(), s->data());
+    *qdq = x;
+    act_qdq_fp8(qdq->data(), rows, cols, block, ScaleFmt::kNone);
+  };
+  std::vector<float> q0, s0, d0, q1, s1, d1;
+  run(false, &q0, &s0, &d0);
+  run(true, &q1, &s1, &d1);
+  set_avx512_enabled(true);
+  EXPECT_EQ(0, std::memcmp(q0.data(), q1.data(), q0.size() * 4));
+  EXPECT_EQ(0, std::memcmp(s0.data(), s1.data(), s0.size() * 4));
+  EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), d0.size() * 4));
+  // the inputs reach the subnormal E4M3 range and both signs of zero
+  int sub = 0, negzero = 0;
+  for (float v : q1) {
+    sub += (v != 0.0f && std::fabs(v) < 0x1p-6f);
+    negzero += (v == 0.0f && std::signbit(v));
+  }
+  EXPECT_GT(sub, 10);
+  EXPECT_GT(negzero, 10);
 }
 
 }  // namespace
