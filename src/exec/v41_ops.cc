@@ -447,12 +447,39 @@ STRATA_FMA_CLONES void qk_scores(const float* q, const float* const* rows, int64
   }
 }
 
+// The same with zmm (16 lanes x 4 per pass over the rows); bit-identical (lanes never mix).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx2,fma"))) int64_t pv_accumulate_avx512(
+    const float* const* rows, const float* pb, int64_t nb, int64_t d, float* acc) {
+  int64_t i = 0;
+  for (; i + 64 <= d; i += 64) {
+    __m512 c0 = _mm512_loadu_ps(acc + i), c1 = _mm512_loadu_ps(acc + i + 16);
+    __m512 c2 = _mm512_loadu_ps(acc + i + 32), c3 = _mm512_loadu_ps(acc + i + 48);
+    for (int64_t t = 0; t < nb; ++t) {
+      const float* kv = rows[t];
+      if (!kv) continue;
+      const __m512 p = _mm512_set1_ps(pb[t]);
+      c0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(kv + i), c0);
+      c1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(kv + i + 16), c1);
+      c2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(kv + i + 32), c2);
+      c3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(kv + i + 48), c3);
+    }
+    _mm512_storeu_ps(acc + i, c0);
+    _mm512_storeu_ps(acc + i + 16, c1);
+    _mm512_storeu_ps(acc + i + 32, c2);
+    _mm512_storeu_ps(acc + i + 48, c3);
+  }
+  return i;  // elements done; the AVX2 loop takes the rest
+}
+#pragma GCC diagnostic pop
+
 // acc[i] = fma(pb[t], rows[t][i], acc[i]) for t in order (null rows skipped: fma(0, 0, a)
 // == a), vectorized over i (lanes never mix t), so the order per element is unchanged.
 __attribute__((target("avx2,fma"))) void pv_accumulate_avx2(const float* const* rows,
                                                              const float* pb, int64_t nb,
                                                              int64_t d, float* acc) {
-  int64_t i = 0;
+  int64_t i = kernels::avx512_active() ? pv_accumulate_avx512(rows, pb, nb, d, acc) : 0;
   for (; i + 32 <= d; i += 32) {
     __m256 c0 = _mm256_loadu_ps(acc + i), c1 = _mm256_loadu_ps(acc + i + 8);
     __m256 c2 = _mm256_loadu_ps(acc + i + 16), c3 = _mm256_loadu_ps(acc + i + 24);
@@ -537,6 +564,54 @@ void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, 
 }
 
 namespace {
+// 16 heads per zmm (masked for a ragged head count), 4 rows at a time: one FMA chain per
+// (row, head), sequential over i: the same bits as qk_heads_avx2 and the scalar loop.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
+    const float* qT, const float* const* rows, int64_t n_rows, int64_t d, int64_t nh,
+    float scale, float* out, int64_t t0, int64_t t1) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  static const std::vector<float> zeros(1 << 12, 0.0f);
+  alignas(64) float tmp[16];
+  for (int64_t hb = 0; hb < nh; hb += 16) {
+    const int nlane = static_cast<int>(std::min<int64_t>(16, nh - hb));
+    const __mmask16 m = static_cast<__mmask16>((1u << nlane) - 1u);
+    const float* qb = qT + hb;
+    auto emit = [&](int64_t row, __m512 acc) __attribute__((always_inline, target("avx512f"))) {
+      _mm512_store_ps(tmp, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+      for (int l = 0; l < nlane; ++l) out[(hb + l) * n_rows + row] = rows[row] ? tmp[l] : kNegInf;
+    };
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) {
+      const float* r0 = rows[t] ? rows[t] : zeros.data();
+      const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
+      const float* r2 = rows[t + 2] ? rows[t + 2] : zeros.data();
+      const float* r3 = rows[t + 3] ? rows[t + 3] : zeros.data();
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < d; ++i) {
+        const __m512 qv = _mm512_maskz_loadu_ps(m, qb + i * nh);
+        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r0[i]), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r1[i]), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r2[i]), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r3[i]), a3);
+      }
+      emit(t, a0);
+      emit(t + 1, a1);
+      emit(t + 2, a2);
+      emit(t + 3, a3);
+    }
+    for (; t < t1; ++t) {
+      const float* r0 = rows[t] ? rows[t] : zeros.data();
+      __m512 a0 = _mm512_setzero_ps();
+      for (int64_t i = 0; i < d; ++i)
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qb + i * nh), _mm512_set1_ps(r0[i]), a0);
+      emit(t, a0);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
 // 4 rows at a time, 8 heads per ymm: one FMA chain per (row, 8 heads), sequential over i.
 __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const float* const* rows,
                                                         int64_t n_rows, int64_t d, int64_t nh,
@@ -594,6 +669,10 @@ __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const fl
 void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, int64_t d,
                      int64_t n_heads, float scale, float* out, int64_t t0, int64_t t1) {
   STRATA_CHECK(d <= (1 << 12));
+  if (kernels::avx512_active()) {
+    qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
+    return;
+  }
   if (kernels::active_isa() == kernels::Isa::kAvx2) {
     qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
     return;

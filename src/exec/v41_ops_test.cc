@@ -57,6 +57,21 @@ TEST(V41Ops, SparseAttnHeadSameBitsAcrossIsa) {
   kernels::force_isa(kernels::Isa::kScalar);
   sparse_attn_head(q.data(), rows.data(), n, d, 0.5f, 0.125f, a.data());
   kernels::force_isa(kernels::Isa::kAvx2);
+  for (bool e512 : {false, true}) {  // AVX2 alone, then with the AVX-512 PV loop (64 + tail)
+    kernels::set_avx512_enabled(e512);
+    for (int64_t dd : {d, int64_t{72}, int64_t{200}}) {
+      std::vector<float> kv2(n * dd), q2(dd), a2(dd), b2(dd);
+      for (size_t i = 0; i < kv2.size(); ++i) kv2[i] = kv[i % kv.size()];
+      for (int64_t i = 0; i < dd; ++i) q2[i] = q[i % d];
+      std::vector<const float*> rows2(n);
+      for (int64_t t = 0; t < n; ++t) rows2[t] = rows[t] ? &kv2[t * dd] : nullptr;
+      sparse_attn_head(q2.data(), rows2.data(), n, dd, 0.5f, 0.125f, b2.data());
+      kernels::force_isa(kernels::Isa::kScalar);
+      sparse_attn_head(q2.data(), rows2.data(), n, dd, 0.5f, 0.125f, a2.data());
+      kernels::force_isa(kernels::Isa::kAvx2);
+      EXPECT_EQ(0, std::memcmp(a2.data(), b2.data(), dd * 4)) << "d=" << dd << " avx512=" << e512;
+    }
+  }
   sparse_attn_head(q.data(), rows.data(), n, d, 0.5f, 0.125f, b.data());
   kernels::force_isa(old);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), d * 4));
@@ -75,15 +90,16 @@ TEST(V41Ops, QkScoresHeadsMatchPerHeadSequentialLoop) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   const int64_t d = 96, n = 37;
-  for (int64_t nh : {16, 5, 8, 13}) {
+  for (int64_t nh : {16, 5, 8, 13, 21}) {
     std::vector<float> kv(n * d), qT(d * nh);
     for (auto& v : kv) v = nd(rng);
     for (auto& v : qT) v = nd(rng);
     std::vector<const float*> rows(n);
     for (int64_t t = 0; t < n; ++t) rows[t] = (t % 5 == 2) ? nullptr : &kv[t * d];
-    for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+    for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX-512
       const auto old = kernels::active_isa();
-      kernels::force_isa(isa);
+      kernels::force_isa(mode == 0 ? kernels::Isa::kScalar : kernels::Isa::kAvx2);
+      kernels::set_avx512_enabled(mode == 2);
       std::vector<float> got(nh * n, 7.0f);
       qk_scores_heads(qT.data(), rows.data(), n, d, nh, 0.25f, got.data(), 3, n);
       kernels::force_isa(old);
