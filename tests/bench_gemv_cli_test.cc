@@ -2,8 +2,7 @@
 // tools/bench_gemv_bytes.h against hand-worked counts, and the command end to end at tiny
 // sizes through the real `strata` binary (its JSON output). No timings are asserted.
 //
-// The binary is $STRATA_BINARY, else <build>/src/tools/strata next to this test's
-// <build>/tests/ directory (build it with the `strata` target).
+// The binary: see tests/cli_runner.h.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,29 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/bench_gemv_bytes.h"
+#include "cli_runner.h"
 
 namespace strata::tools {
 namespace {
 
-std::string strata_binary() {
-  if (const char* e = std::getenv("STRATA_BINARY")) return e;
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "strata";
-  return (self.parent_path().parent_path() / "src" / "tools" / "strata").string();
-}
-
-// Runs the binary with `args`; returns the exit status and stdout.
-int run_strata(const std::string& args, std::string* out) {
-  const std::string cmd = strata_binary() + " " + args + " 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, got);
-  const int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 // Hand counts (see the header comment of tools/bench_gemv_bytes.h for the formats).
 TEST(BenchGemvBytes, DefaultShape) {

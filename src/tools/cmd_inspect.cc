@@ -217,13 +217,17 @@ int run_inspect(const InspectArgs& a) {
     return 0;
   }
   // Parameter counts (only when a checkpoint is present next to the config).
+  // A checkpoint that is present but unreadable is an error (exit 1) after the config report.
   std::optional<CheckpointSummary> summary;
+  std::string checkpoint_error;
   if (!dir.empty() && (fs::exists(dir / "model.safetensors", ec) ||
                        fs::exists(dir / "model.safetensors.index.json", ec))) {
     auto ck = SafetensorsCheckpoint::open(dir.string());
     if (ck.ok()) summary = summarize_checkpoint(**ck);
-    else fmt::print(stderr, "inspect: checkpoint: {}\n", ck.status().to_string());
+    else checkpoint_error = ck.status().to_string();
   }
+  if (!checkpoint_error.empty()) fmt::print(stderr, "inspect: checkpoint: {}\n", checkpoint_error);
+  const int status = checkpoint_error.empty() ? 0 : 1;
   if (a.json) {
     auto j = nlohmann::json::parse(format_state_json(*graph, ro));
     j["architecture"] = arch_json;
@@ -235,15 +239,17 @@ int run_inspect(const InspectArgs& a) {
       j["parameters"] = {{"total_params", summary->total_params},
                          {"total_bytes", summary->total_bytes}, {"by_dtype", by}};
     }
+    if (!checkpoint_error.empty()) j["checkpoint_error"] = checkpoint_error;
     fmt::print("{}\n", j.dump(2));
-    return 0;
+    return status;
   }
   fmt::print("{}", arch);
   if (summary) fmt::print("parameters by dtype:\n{}", format_checkpoint_summary(*summary));
+  else if (!checkpoint_error.empty()) fmt::print("parameters: checkpoint unreadable (see stderr)\n");
   else fmt::print("parameters: (config only; no checkpoint to count)\n");
   fmt::print("{}", schedule);
   if (a.state) fmt::print("{}", format_state_text(*graph, ro));
-  return 0;
+  return status;
 }
 
 void setup_inspect(CLI::App& app) {

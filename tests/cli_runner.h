@@ -1,0 +1,35 @@
+// Runs the `strata` binary from CLI tests: $STRATA_BINARY, else <build>/src/tools/strata next
+// to the test's <build>/tests/ directory (tests/CMakeLists.txt makes such tests depend on the
+// `strata` target).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace strata::tools {
+
+inline std::string strata_binary() {
+  if (const char* e = std::getenv("STRATA_BINARY")) return e;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "strata";
+  return (self.parent_path().parent_path() / "src" / "tools" / "strata").string();
+}
+
+// Runs the binary with `args`; returns the exit status and stdout.
+inline int run_strata(const std::string& args, std::string* out) {
+  const std::string cmd = strata_binary() + " " + args + " 2>/dev/null";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, got);
+  const int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace strata::tools

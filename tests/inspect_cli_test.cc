@@ -1,0 +1,49 @@
+// `strata inspect` (src/tools/cmd_inspect.cc) through the real binary: a readable model
+// directory reports its parameters and exits 0; the same config next to a corrupt
+// model.safetensors still gets its config report but exits 1 with the error (text and JSON).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+
+namespace strata::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path tiny_model() { return fs::path(STRATA_SOURCE_DIR) / "models" / "deepseek-v41-tiny"; }
+
+TEST(InspectCli, ReadableCheckpointExitsZero) {
+  std::string out;
+  EXPECT_EQ(run_strata("inspect " + tiny_model().string(), &out), 0);
+  EXPECT_NE(out.find("parameters by dtype"), std::string::npos) << out;
+}
+
+TEST(InspectCli, CorruptCheckpointExitsNonZeroAfterConfigReport) {
+  const fs::path dir = fs::temp_directory_path() / ("strata_inspect_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(tiny_model() / "config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  {
+    std::ofstream f(dir / "model.safetensors", std::ios::binary);
+    f << "\x10\x00\x00\x00\x00\x00\x00\x00{not json at all";
+  }
+  std::string out;
+  EXPECT_EQ(run_strata("inspect " + dir.string(), &out), 1);
+  EXPECT_NE(out.find("checkpoint unreadable"), std::string::npos) << out;
+  EXPECT_NE(out.find("layer schedule"), std::string::npos) << out;  // the config report
+  std::string js;
+  EXPECT_EQ(run_strata("inspect --json " + dir.string(), &js), 1);
+  const auto j = nlohmann::json::parse(js);
+  EXPECT_TRUE(j.contains("checkpoint_error"));
+  EXPECT_FALSE(j.contains("parameters"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata::tools
