@@ -292,41 +292,49 @@ STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_
 // ---- FP4 dot path ----
 
 // Activations of the dot path for one GEMM call: x as bf16 pairs (K index 2j in the low half
-// of pairs[m][j]) and, per 32-wide K block, whether fp4_block_sums_exact holds.
+// of a dword), laid out for 128-bit broadcasts: quad[m][j / 2] = {pair j, pair j, pair j+1,
+// pair j+1}; and, per 32-wide K block, whether fp4_block_sums_exact holds.
 struct Fp4DotActs {
-  std::vector<uint32_t> pairs;  // [M][K/2]
-  std::vector<uint8_t> exact;   // [M][K/32]
+  std::vector<uint32_t> quad;  // [M][K/4][4]
+  std::vector<uint8_t> exact;  // [M][K/32]
 };
 
 void prepare_fp4_dot(const QuantActs& a, Fp4DotActs* d) {
   const int64_t K = a.k, nkb = K / 32;
-  d->pairs.resize(static_cast<size_t>(a.m * K / 2));
+  d->quad.resize(static_cast<size_t>(a.m * K));
   d->exact.resize(static_cast<size_t>(a.m * nkb));
   for (int64_t m = 0; m < a.m; ++m) {
     const float* x = a.q + m * K;
+    uint32_t* q = d->quad.data() + m * K;
     for (int64_t j = 0; j < K / 2; ++j) {
       uint32_t lo, hi;
       std::memcpy(&lo, &x[2 * j], 4);
       std::memcpy(&hi, &x[2 * j + 1], 4);
-      d->pairs[static_cast<size_t>(m * K / 2 + j)] = (lo >> 16) | (hi & 0xFFFF0000u);
+      const uint32_t pair = (lo >> 16) | (hi & 0xFFFF0000u);
+      q[(j / 2) * 4 + (j % 2) * 2] = pair;
+      q[(j / 2) * 4 + (j % 2) * 2 + 1] = pair;
     }
     for (int64_t kb = 0; kb < nkb; ++kb)
       d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;
   }
 }
 
-// bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (bit 4 is the next
-// nibble's low bit: the 16 codes repeat).
+// The exact-block path keeps ONE tile (8 rows) per zmm, two K pairs at once: a 128-bit
+// broadcast of the tile's 16 bytes of K pairs j and j+1 puts pair j in the even qwords and
+// pair j+1 in the odd ones. Qword q then serves rows r0 = 2(q/2) and r0 + 1 (dword lanes 2q,
+// 2q+1) of its pair; VDPBF16PS adds the pair's two K indices per lane. The even-pair and
+// odd-pair lanes of a row are added at the end of the block (exact sums: any order is the
+// scalar chain's value). No cross-register permute is needed per weight.
 struct DotTables {
+  // bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (bit 4 is the next
+  // nibble's low bit: the 16 codes repeat).
   alignas(64) uint16_t value[32];
-  // VPMULTISHIFTQB control: byte b of qword q selects the 8 bits starting at this bit offset
-  // of the same qword, which holds (after the qword permute) one tile's 4 bytes of K index
-  // 2j then 4 bytes of 2j+1 (row r's nibble at bit 4r / 32 + 4r). Lane l = dword l holds row
-  // r = l % 8 as the word pair (K 2j, K 2j+1); only each word's low byte matters.
+  // VPMULTISHIFTQB control: each word's low byte <- the 8 bits at the row's nibble of K
+  // index 2j (bit 4r) or 2j+1 (bit 32 + 4r) of the same qword (the high byte is ignored).
   alignas(64) uint8_t ctrl[64];
-  // VPERMT2Q index per pair j (of 8 in a 64-byte chunk): qwords 0-3 <- tile A's qword j,
-  // qwords 4-7 <- tile B's.
-  alignas(64) uint64_t qidx[8][8];
+  // VPERMT2PS index: rows 0-7 of tile A (lanes 0-7) and tile B (lanes 8-15) from the summed
+  // lanes (row r at lane 4(r/2) + r%2).
+  alignas(64) int32_t rows[16];
   DotTables() {
     for (int c = 0; c < 32; ++c) {
       const float v = e2m1_value(static_cast<uint8_t>(c & 15));
@@ -336,13 +344,15 @@ struct DotTables {
     }
     for (int q = 0; q < 8; ++q)
       for (int l = 0; l < 2; ++l) {
-        const int r = (2 * q + l) % 8;
+        const int r = 2 * (q / 2) + l;
         uint8_t* b = ctrl + q * 8 + l * 4;
         b[0] = b[1] = static_cast<uint8_t>(4 * r);
         b[2] = b[3] = static_cast<uint8_t>(32 + 4 * r);
       }
-    for (int j = 0; j < 8; ++j)
-      for (int q = 0; q < 8; ++q) qidx[j][q] = static_cast<uint64_t>(q < 4 ? j : 8 + j);
+    for (int r = 0; r < 8; ++r) {
+      rows[r] = 4 * (r / 2) + r % 2;
+      rows[8 + r] = 16 + 4 * (r / 2) + r % 2;
+    }
   }
 };
 const DotTables& dot_tables() {
@@ -350,51 +360,66 @@ const DotTables& dot_tables() {
   return t;
 }
 
-// 32 bf16 weights of tile pair (A, B) at K pair j (chunks hold 8 pairs: 64 bytes per tile).
-STRATA_AVX512_EXT STRATA_INLINE __m512i dot_weights(__m512i chunk_a, __m512i chunk_b,
-                                                    __m512i qidx, __m512i ctrl,
-                                                    __m512i table) {
-  const __m512i g = _mm512_permutex2var_epi64(chunk_a, qidx, chunk_b);
-  return _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctrl, g), table);
+// 32 bf16 weights: tile rows x K pairs (j, j+1) from the tile's 16 bytes at p.
+STRATA_AVX512_EXT STRATA_INLINE __m512bh dot_weights(const uint8_t* p, __m512i ctrl,
+                                                     __m512i table) {
+  const __m512i g = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return (__m512bh)_mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctrl, g), table);
+}
+
+// Adds the even- and odd-pair lanes of tiles A and B: lanes 0-7 = A's rows, 8-15 = B's.
+STRATA_AVX512_EXT STRATA_INLINE __m512 swap_qwords(__m512 v) {
+  return _mm512_castpd_ps(_mm512_permutex_pd(_mm512_castps_pd(v), 0xB1));
+}
+STRATA_AVX512_EXT STRATA_INLINE __m512 dot_rows(__m512 a, __m512 b, __m512i rows) {
+  return _mm512_permutex2var_ps(_mm512_add_ps(a, swap_qwords(a)), rows,
+                                _mm512_add_ps(b, swap_qwords(b)));
 }
 
 // Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS.
 template <int kRows>
-STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint32_t* xp0,
-                                                   const uint32_t* xp1, const DotTables& T) {
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint32_t* xq0,
+                                                   const uint32_t* xq1, const DotTables& T) {
   constexpr int64_t blk = 32 * kTile / 2;  // 128 bytes of one tile's K block
   const __m512i ctrl = _mm512_load_si512(T.ctrl);
   const __m512i table = _mm512_load_si512(T.value);
-  const __m512 zero = _mm512_setzero_ps();
-  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
-  for (int half = 0; half < 2; ++half) {
-    const uint8_t* c = base + half * 64;
-    const __m512i a0 = _mm512_loadu_si512(c), b0 = _mm512_loadu_si512(c + blk);
-    const __m512i a1 = _mm512_loadu_si512(c + 2 * blk), b1 = _mm512_loadu_si512(c + 3 * blk);
-    const __m512i a2 = _mm512_loadu_si512(c + 4 * blk), b2 = _mm512_loadu_si512(c + 5 * blk);
-    const __m512i a3 = _mm512_loadu_si512(c + 6 * blk), b3 = _mm512_loadu_si512(c + 7 * blk);
-    for (int j = 0; j < 8; ++j) {
-      const __m512i qi = _mm512_load_si512(T.qidx[j]);
-      const __m512i w0 = dot_weights(a0, b0, qi, ctrl, table);
-      const __m512i w1 = dot_weights(a1, b1, qi, ctrl, table);
-      const __m512i w2 = dot_weights(a2, b2, qi, ctrl, table);
-      const __m512i w3 = dot_weights(a3, b3, qi, ctrl, table);
-      const int jj = half * 8 + j;
-      const __m512bh xa = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[jj]));
-      p0 = _mm512_dpbf16_ps(p0, (__m512bh)w0, xa);
-      p1 = _mm512_dpbf16_ps(p1, (__m512bh)w1, xa);
-      p2 = _mm512_dpbf16_ps(p2, (__m512bh)w2, xa);
-      p3 = _mm512_dpbf16_ps(p3, (__m512bh)w3, xa);
-      if constexpr (kRows == 2) {
-        const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[jj]));
-        q0 = _mm512_dpbf16_ps(q0, (__m512bh)w0, xb);
-        q1 = _mm512_dpbf16_ps(q1, (__m512bh)w1, xb);
-        q2 = _mm512_dpbf16_ps(q2, (__m512bh)w2, xb);
-        q3 = _mm512_dpbf16_ps(q3, (__m512bh)w3, xb);
-      }
-    }
+  const __m512 z = _mm512_setzero_ps();
+  __m512 e0 = z, e1 = z, e2 = z, e3 = z, e4 = z, e5 = z, e6 = z, e7 = z;  // row 0, tiles 0-7
+  __m512 f0 = z, f1 = z, f2 = z, f3 = z, f4 = z, f5 = z, f6 = z, f7 = z;  // row 1
+  for (int j = 0; j < 16; j += 2) {
+    const uint8_t* c = base + j * 8;  // pairs j, j+1: 16 bytes per tile
+    const __m512bh xa = (__m512bh)_mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq0 + j * 2)));
+#define STRATA_DOT(acc, accb, t)                                   \
+  {                                                                \
+    const __m512bh w = dot_weights(c + (t) * blk, ctrl, table);    \
+    acc = _mm512_dpbf16_ps(acc, w, xa);                            \
+    if constexpr (kRows == 2) accb = _mm512_dpbf16_ps(accb, w, xb); \
   }
-  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+    __m512bh xb = xa;
+    if constexpr (kRows == 2)
+      xb = (__m512bh)_mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq1 + j * 2)));
+    STRATA_DOT(e0, f0, 0)
+    STRATA_DOT(e1, f1, 1)
+    STRATA_DOT(e2, f2, 2)
+    STRATA_DOT(e3, f3, 3)
+    STRATA_DOT(e4, f4, 4)
+    STRATA_DOT(e5, f5, 5)
+    STRATA_DOT(e6, f6, 6)
+    STRATA_DOT(e7, f7, 7)
+#undef STRATA_DOT
+  }
+  const __m512i rows = _mm512_load_si512(T.rows);
+  Partials P{dot_rows(e0, e1, rows), dot_rows(e2, e3, rows), dot_rows(e4, e5, rows),
+             dot_rows(e6, e7, rows), z, z, z, z};
+  if constexpr (kRows == 2) {
+    P.q0 = dot_rows(f0, f1, rows);
+    P.q1 = dot_rows(f2, f3, rows);
+    P.q2 = dot_rows(f4, f5, rows);
+    P.q3 = dot_rows(f6, f7, rows);
+  }
+  return P;
 }
 
 template <int kRows>
@@ -412,8 +437,8 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
   const __m512 fold = _mm512_set1_ps(256.0f), one = _mm512_set1_ps(1.0f);
   const float* xr0 = a.q + m0 * K;
   const float* xr1 = xr0 + K;
-  const uint32_t* xp0 = d.pairs.data() + m0 * K / 2;
-  const uint32_t* xp1 = xp0 + K / 2;
+  const uint32_t* xq0 = d.quad.data() + m0 * K;
+  const uint32_t* xq1 = xq0 + K;
   const uint8_t* ex0 = d.exact.data() + m0 * nkb;
   const uint8_t* ex1 = ex0 + nkb;
   const float* sx0 = a.scales + m0 * ldsx;
@@ -423,7 +448,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
     const uint8_t* base = s.pcodes(t0, kb);
     const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
     if (exact) {
-      const Partials P = dot_block<kRows>(base, xp0 + kb * 16, xp1 + kb * 16, T);
+      const Partials P = dot_block<kRows>(base, xq0 + kb * 32, xq1 + kb * 32, T);
       scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
                        a1, a2, a3, b0, b1, b2, b3);
     } else {
