@@ -124,6 +124,39 @@ STRATA_AVX2 void single_tile_avx2(const float* xr, const void* base, int64_t K, 
   _mm256_storeu_ps(out, a);
 }
 
+
+// AVX-512, BF16 weights, one activation row: 8 tiles (64 rows) per pass, two tiles per zmm
+// (lanes 0-7 = tile A's rows, 8-15 = tile B's), so a lane still holds one output row and runs
+// the scalar chain (bit-identical); 4 independent FMA chains.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_AVX512_SEQ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+STRATA_AVX512_SEQ inline __m512 load16_bf16(const uint16_t* a, const uint16_t* b) {
+  const __m256i h = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+STRATA_AVX512_SEQ void group8_bf16_avx512(const float* x, const uint16_t* base, int64_t K,
+                                          int64_t t0, float* out) {
+  const int64_t tk = K * kTile;  // elements per tile
+  const uint16_t* w0 = base + t0 * tk;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t c = 0; c < K; ++c) {
+    const int64_t o = c * kTile;
+    const __m512 xb = _mm512_set1_ps(x[c]);
+    a0 = _mm512_fmadd_ps(xb, load16_bf16(w0 + o, w0 + tk + o), a0);
+    a1 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 2 * tk + o, w0 + 3 * tk + o), a1);
+    a2 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 4 * tk + o, w0 + 5 * tk + o), a2);
+    a3 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 6 * tk + o, w0 + 7 * tk + o), a3);
+  }
+  _mm512_storeu_ps(out, a0);
+  _mm512_storeu_ps(out + 16, a1);
+  _mm512_storeu_ps(out + 32, a2);
+  _mm512_storeu_ps(out + 48, a3);
+}
+#pragma GCC diagnostic pop
+
 template <bool kBf16>
 STRATA_AVX2 void cols_avx2(const float* x, int64_t m, const PackedSeqWeight& w, float* y,
                            int64_t t0, int64_t t1) {
@@ -138,6 +171,13 @@ STRATA_AVX2 void cols_avx2(const float* x, int64_t m, const PackedSeqWeight& w, 
     }
   };
   int64_t t = t0;
+  if (kBf16 && m == 1 && avx512_active()) {
+    alignas(64) float buf8[8 * kTile];
+    for (; t + 8 <= t1; t += 8) {
+      group8_bf16_avx512(x, w.data16.data(), K, t, buf8);
+      emit(0, t, 8, buf8);
+    }
+  }
   for (; t + kGroup <= t1; t += kGroup) {
     int64_t r = 0;
     for (; r + 2 <= m; r += 2) {

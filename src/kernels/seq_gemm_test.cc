@@ -63,7 +63,7 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool2(2), pool3(3);
-  for (int64_t n : {1, 7, 8, 31, 33, 64, 100}) {
+  for (int64_t n : {1, 7, 8, 31, 33, 64, 100, 200}) {
     for (int64_t k : {1, 5, 64, 129}) {
       for (bool bf16 : {true, false}) {
         std::vector<float> wf(n * k);
@@ -80,14 +80,16 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
           std::vector<float> want(m * n);
           for (int64_t r = 0; r < m; ++r)
             for (int64_t c = 0; c < n; ++c) want[r * n + c] = seq_dot(&x[r * k], &wf[c * k], k);
-          for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
-            IsaGuard g(isa);
+          for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX2 + AVX-512 (bf16, m = 1)
+            IsaGuard g(mode == 0 ? Isa::kScalar : Isa::kAvx2);
+            set_avx512_enabled(mode == 2);
             for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
               std::vector<float> y(m * n, NAN);
               seq_gemm_packed(x.data(), m, p, y.data(), pool);
               ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
                   << "n=" << n << " k=" << k << " m=" << m << " bf16=" << bf16 << " isa="
-                  << isa_name(active_isa()) << " threads=" << (pool ? pool->num_threads() : 1);
+                  << isa_name(active_isa()) << " avx512=" << (mode == 2)
+                  << " threads=" << (pool ? pool->num_threads() : 1);
             }
           }
           std::vector<float> yr(m * n);
