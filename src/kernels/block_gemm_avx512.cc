@@ -165,7 +165,7 @@ STRATA_AVX512 STRATA_INLINE void store_out(float* out, __m512 a0, __m512 a1, __m
 // K blocks of software prefetch. Groups are contiguous in the packed layouts, so prefetching
 // block kb + kAhead of a group's last blocks reads the next group's first ones (the next call
 // of a row range); past the array's end it is a no-op (prefetches never fault).
-constexpr int kAhead = 4;
+constexpr int kAhead = 8;
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
 // path on every block.

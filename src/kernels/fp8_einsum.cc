@@ -158,8 +158,9 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
     const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
-    if (kb + 4 < nkb) {
-      const char* c = reinterpret_cast<const char*>(&w.codes[packed_code_offset(t, kb + 4, nkb, bk, kTile)]);
+    {  // 8 blocks ahead, on into the next group (contiguous); never faults past the end
+      const char* c = reinterpret_cast<const char*>(w.codes.data()) +
+                      packed_code_offset(t, kb + 8, nkb, bk, kTile);
       for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
     }
     const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
@@ -221,8 +222,9 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
     const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
-    if (kb + 4 < nkb) {
-      const char* c = reinterpret_cast<const char*>(&w.codes[packed_code_offset(t, kb + 4, nkb, bk, kTile)]);
+    {  // 8 blocks ahead, on into the next group (contiguous); never faults past the end
+      const char* c = reinterpret_cast<const char*>(w.codes.data()) +
+                      packed_code_offset(t, kb + 8, nkb, bk, kTile);
       for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
     }
     const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
