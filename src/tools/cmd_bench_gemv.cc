@@ -15,7 +15,8 @@
 // the same run with the same thread pool, right before that format's passes. Resident
 // bytes (the packed in-memory layout, which widens scales to f32 per row) are reported too.
 // --avx512 on|off switches the AVX-512 decode paths (kernels::set_avx512_enabled; default:
-// as the process started, see kernels/cpu_features.h) so the two can be compared.
+// as the process started, see kernels/cpu_features.h) and --avx512-ext on|off their
+// VBMI/BF16/GFNI extension paths (kernels::set_avx512_ext_enabled), so they can be compared.
 // Random codes avoid E4M3 NaN (0x7F/0xFF); UE8M0 scales are drawn from 115..130.
 #include <algorithm>
 #include <chrono>
@@ -50,6 +51,7 @@ struct BenchGemvCli {
   int repeats = 5;
   int64_t bw_mib = 1024;
   std::string avx512;  // "on" / "off"; empty: as started (STRATA_AVX512 env, default on)
+  std::string ext;     // "on" / "off"; empty: as started (STRATA_AVX512_EXT env, default on)
   std::vector<std::string> formats = {"fp8", "fp4", "bf16", "f64-einsum"};
   uint64_t seed = 1;
   bool json = false;
@@ -140,9 +142,13 @@ int run_bench_gemv(const BenchGemvCli& o) {
     }
   }
   if (!o.avx512.empty()) kernels::set_avx512_enabled(o.avx512 == "on");
+  if (!o.ext.empty()) kernels::set_avx512_ext_enabled(o.ext == "on");
   const bool avx2 = kernels::active_isa() == kernels::Isa::kAvx2;
   const bool use512 = kernels::avx512_active();
-  const std::string path = !avx2 ? "scalar" : use512 ? "avx512 (fp8/fp4/f64; bf16 avx2)" : "avx2";
+  const std::string path = !avx2     ? "scalar"
+                           : !use512 ? "avx2"
+                           : kernels::avx512_ext_active() ? "avx512 + extensions (vbmi, bf16, gfni)"
+                                                          : "avx512";
 
   ThreadPool pool(o.threads);
   const int threads = pool.num_threads();
@@ -258,6 +264,7 @@ int run_bench_gemv(const BenchGemvCli& o) {
                         {"avx512_enabled", kernels::avx512_enabled()},
                         {"avx512_cpu", kernels::cpu_has_avx512()},
                         {"avx512_active", use512},
+                        {"avx512_ext_active", kernels::avx512_ext_active()},
                         {"path", path},
                         {"read_bandwidth_gbs", bw / 1e9},
                         {"m", m},
@@ -340,6 +347,10 @@ void setup_bench_gemv(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--avx512", o->avx512,
                   "AVX-512 decode kernels on|off (default: as started, STRATA_AVX512=0 is off)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--avx512-ext", o->ext,
+                  "AVX-512 extension paths (VBMI/BF16/GFNI) on|off (default: as started, "
+                  "STRATA_AVX512_EXT=0 is off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--format", o->formats, "Formats to run: fp8 fp4 bf16 f64-einsum")
       ->delimiter(',')

@@ -137,6 +137,7 @@ int run_bench_model(BenchModelCli& o) {
                         {"threads", threads},
                         {"isa", kernels::isa_name(kernels::active_isa())},
                         {"avx512", kernels::avx512_active()},
+                        {"avx512_ext", kernels::avx512_ext_active()},
                         {"read_bandwidth_gbs", bw / 1e9},
                         {"prompt_tokens", o.prompt_tokens},
                         {"decode_tokens", o.decode_tokens},
@@ -152,7 +153,10 @@ int run_bench_model(BenchModelCli& o) {
     fmt::print("model          {} ({})\n", o.model, info.architecture);
     const bool avx512 = kernels::avx512_active();
     fmt::print("threads        {} (kernels: {}{})\n", threads,
-               kernels::isa_name(kernels::active_isa()), avx512 ? " + avx512 decode paths" : "");
+               kernels::isa_name(kernels::active_isa()),
+               !avx512                        ? ""
+               : kernels::avx512_ext_active() ? " + avx512 decode paths + extensions"
+                                              : " + avx512 decode paths");
     fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB)\n", bw / 1e9, o.bw_mib);
     fmt::print("prefill        {:.1f} tok/s ({} tokens, median of {})\n", prefill_tps,
                o.prompt_tokens, o.repeats);
