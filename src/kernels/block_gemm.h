@@ -29,9 +29,12 @@
 // Performance: decode (M = 1..4) should use the packed weights (pack_*_weight at load time):
 // the kernels decode FP8 via F16C and FP4 via a byte shuffle straight into registers, one
 // sequential memory stream per group of 64 rows. On AVX-512 CPUs (F/BW/VL, chosen at run
-// time, kernels/cpu_features.h) two 8-row tiles share a zmm: measured ~18 G weights/s per
-// core for FP8 and ~22 G for FP4 on the dev VM (AVX2 alone: ~9 G); see `strata bench gemv`
-// and docs/PERFORMANCE.md. The raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8).
+// time, kernels/cpu_features.h) two 8-row tiles share a zmm (kernels/block_gemm_avx512.cc);
+// with VBMI/BF16/GFNI too (kernels::avx512_ext_active()) FP8 decodes with GF2P8AFFINEQB +
+// VPERMT2B and FP4 uses VDPBF16PS on provably exact activation blocks, still bit-identical.
+// Measured per core on the dev VM (`strata bench gemv`, docs/PERFORMANCE.md): fp8 ~22 and fp4
+// ~37 G weights/s streaming from DRAM (AVX-512 without the extensions: ~18 / ~21; AVX2 alone:
+// ~9). The raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8).
 // E4M3 NaN codes (0x7F/0xFF) are not expected in weights and decode as 480 on the vector
 // paths.
 //
