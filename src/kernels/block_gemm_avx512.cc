@@ -67,6 +67,26 @@ struct Partials {
   __m512 p0, p1, p2, p3, q0, q1, q2, q3;
 };
 
+// One K index of the 4 tile-pair chains: P.p* += x0[k] * w*, and P.q* += x1[k] * w* for a
+// second activation row.
+template <int kRows>
+STRATA_AVX512 STRATA_INLINE void fma_step(Partials& P, const float* x0, const float* x1,
+                                          int64_t k, __m512 w0, __m512 w1, __m512 w2,
+                                          __m512 w3) {
+  const __m512 xa = _mm512_set1_ps(x0[k]);
+  P.p0 = _mm512_fmadd_ps(xa, w0, P.p0);
+  P.p1 = _mm512_fmadd_ps(xa, w1, P.p1);
+  P.p2 = _mm512_fmadd_ps(xa, w2, P.p2);
+  P.p3 = _mm512_fmadd_ps(xa, w3, P.p3);
+  if constexpr (kRows == 2) {
+    const __m512 xb = _mm512_set1_ps(x1[k]);
+    P.q0 = _mm512_fmadd_ps(xb, w0, P.q0);
+    P.q1 = _mm512_fmadd_ps(xb, w1, P.q1);
+    P.q2 = _mm512_fmadd_ps(xb, w2, P.q2);
+    P.q3 = _mm512_fmadd_ps(xb, w3, P.q3);
+  }
+}
+
 // Sequential-FMA partials of the K block at `base` (8 tiles x blk bytes); the weights decode
 // to value x 2^-8 (simd_decode.h), so the partials are 2^-8 times the scalar path's.
 template <bool kFp4, int kRows>
@@ -74,7 +94,7 @@ STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int64_t bl
                                                  const float* x0, const float* x1) {
   constexpr int bpk = kFp4 ? kTile / 2 : kTile;
   const __m512 zero = _mm512_setzero_ps();
-  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  Partials P{zero, zero, zero, zero, zero, zero, zero, zero};
   const uint8_t* c0 = base;
   const uint8_t* c1 = base + 2 * blk;
   const uint8_t* c2 = base + 4 * blk;
@@ -86,32 +106,10 @@ STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int64_t bl
     simd::decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
     simd::decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
     simd::decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
-    __m512 xa = _mm512_set1_ps(x0[k]);
-    p0 = _mm512_fmadd_ps(xa, w00, p0);
-    p1 = _mm512_fmadd_ps(xa, w10, p1);
-    p2 = _mm512_fmadd_ps(xa, w20, p2);
-    p3 = _mm512_fmadd_ps(xa, w30, p3);
-    if constexpr (kRows == 2) {
-      const __m512 xb = _mm512_set1_ps(x1[k]);
-      q0 = _mm512_fmadd_ps(xb, w00, q0);
-      q1 = _mm512_fmadd_ps(xb, w10, q1);
-      q2 = _mm512_fmadd_ps(xb, w20, q2);
-      q3 = _mm512_fmadd_ps(xb, w30, q3);
-    }
-    xa = _mm512_set1_ps(x0[k + 1]);
-    p0 = _mm512_fmadd_ps(xa, w01, p0);
-    p1 = _mm512_fmadd_ps(xa, w11, p1);
-    p2 = _mm512_fmadd_ps(xa, w21, p2);
-    p3 = _mm512_fmadd_ps(xa, w31, p3);
-    if constexpr (kRows == 2) {
-      const __m512 xb = _mm512_set1_ps(x1[k + 1]);
-      q0 = _mm512_fmadd_ps(xb, w01, q0);
-      q1 = _mm512_fmadd_ps(xb, w11, q1);
-      q2 = _mm512_fmadd_ps(xb, w21, q2);
-      q3 = _mm512_fmadd_ps(xb, w31, q3);
-    }
+    fma_step<kRows>(P, x0, x1, k, w00, w10, w20, w30);
+    fma_step<kRows>(P, x0, x1, k + 1, w01, w11, w21, w31);
   }
-  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+  return P;
 }
 
 // acc += (p * sx) * sw, in that order (block_gemm.h), for both activation rows.
@@ -232,30 +230,18 @@ STRATA_AVX512_EXT STRATA_INLINE Partials chain_block_fp8_ext(const uint8_t* base
                                                              const float* x1,
                                                              const simd::Fp8Tables& T) {
   const __m512 zero = _mm512_setzero_ps();
-  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  Partials P{zero, zero, zero, zero, zero, zero, zero, zero};
   for (int c = 0; c < bk; c += 4) {
     const uint8_t* a = base + c * kTile;
     const simd::Fp8Pair a0 = simd::fp8_pair(a, blk), a1 = simd::fp8_pair(a + 2 * blk, blk);
     const simd::Fp8Pair a2 = simd::fp8_pair(a + 4 * blk, blk), a3 = simd::fp8_pair(a + 6 * blk, blk);
     for (int k = 0; k < 4; ++k) {
       const __m512i idx = _mm512_load_si512(T.idx[k]);
-      const __m512 xa = _mm512_set1_ps(x0[c + k]);
-      const __m512 w0 = simd::fp8_weights(a0, idx), w1 = simd::fp8_weights(a1, idx);
-      const __m512 w2 = simd::fp8_weights(a2, idx), w3 = simd::fp8_weights(a3, idx);
-      p0 = _mm512_fmadd_ps(xa, w0, p0);
-      p1 = _mm512_fmadd_ps(xa, w1, p1);
-      p2 = _mm512_fmadd_ps(xa, w2, p2);
-      p3 = _mm512_fmadd_ps(xa, w3, p3);
-      if constexpr (kRows == 2) {
-        const __m512 xb = _mm512_set1_ps(x1[c + k]);
-        q0 = _mm512_fmadd_ps(xb, w0, q0);
-        q1 = _mm512_fmadd_ps(xb, w1, q1);
-        q2 = _mm512_fmadd_ps(xb, w2, q2);
-        q3 = _mm512_fmadd_ps(xb, w3, q3);
-      }
+      fma_step<kRows>(P, x0, x1, c + k, simd::fp8_weights(a0, idx), simd::fp8_weights(a1, idx),
+                      simd::fp8_weights(a2, idx), simd::fp8_weights(a3, idx));
     }
   }
-  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+  return P;
 }
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7), activation rows m0..m0+kRows-1; out [kRows][64].

@@ -13,6 +13,7 @@
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
 #include "kernels/block_gemm_internal.h"
+#include "kernels/block_gemm_test_ref.h"
 #include "kernels/cpu_features.h"
 
 namespace strata::kernels {
@@ -100,30 +101,6 @@ TEST(Fp4BlockSumsExact, RejectsValuesOutsideBf16AndSpecials) {
   EXPECT_FALSE(fp4_block_sums_exact(x));
 }
 
-// Scalar transcription of the reference loop (kernels/block_gemm.h).
-std::vector<float> ref_fp4(const std::vector<float>& q, const std::vector<float>& s, int64_t M,
-                           int64_t K, int act_block, const std::vector<uint8_t>& w,
-                           const std::vector<uint8_t>& ws, int64_t N) {
-  std::vector<float> y(M * N);
-  const int64_t nkb = K / 32;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      float acc = 0;
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        float p = 0;
-        for (int k = 0; k < 32; ++k) {
-          const int64_t kk = kb * 32 + k;
-          const uint8_t byte = w[n * (K / 2) + kk / 2];
-          p = std::fma(q[m * K + kk], kE2m1[(kk % 2 == 0) ? (byte & 0xf) : (byte >> 4)], p);
-        }
-        acc = acc + (p * s[m * (K / act_block) + kb * 32 / act_block]) *
-                        std::ldexp(1.0f, ws[n * nkb + kb] - 127);
-      }
-      y[m * N + n] = round_bf16(acc);
-    }
-  return y;
-}
-
 TEST(BlockGemmExt, Fp4MixedExactAndFallbackBlocksBitExact) {
   std::mt19937 g(11);
   const int64_t M = 3, K = 512, N = 192, nkb = K / 32;
@@ -145,7 +122,8 @@ TEST(BlockGemmExt, Fp4MixedExactAndFallbackBlocksBitExact) {
   for (auto& b : w) b = static_cast<uint8_t>(byte(g));
   for (auto& b : ws) b = static_cast<uint8_t>(sc(g));
   const PackedFp4Weight P = pack_fp4_weight(Fp4Weight{w.data(), ws.data(), N, K, 32});
-  const std::vector<float> expect = ref_fp4(q, s, M, K, 32, w, ws, N);
+  std::vector<float> expect(M * N);
+  testref::ref_fp4(q, s, M, K, 32, w, ws, N, &expect);
   ThreadPool pool(2);
   for (bool ext : {false, true}) {
     set_avx512_ext_enabled(ext);

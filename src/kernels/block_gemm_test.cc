@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "base/thread_pool.h"
+#include "kernels/block_gemm_test_ref.h"
 #include "kernels/cpu_features.h"
 
 namespace strata::kernels {
@@ -22,10 +23,6 @@ float dec_e4m3(uint8_t b) {
   const int e = (b >> 3) & 15, m = b & 7;
   const float v = e == 0 ? m * std::ldexp(1.0f, -9) : (1.0f + m / 8.0f) * std::ldexp(1.0f, e - 7);
   return (b & 0x80) ? -v : v;
-}
-float dec_e2m1(uint8_t c) {
-  static const float t[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
-  return (c & 8) ? -t[c & 7] : t[c & 7];
 }
 float dec_e8m0(uint8_t b) { return std::ldexp(1.0f, b - 127); }
 float bf16(float f) {
@@ -116,28 +113,6 @@ void ref_fp8(const std::vector<float>& q, const std::vector<float>& s, int64_t M
     }
 }
 
-void ref_fp4(const std::vector<float>& q, const std::vector<float>& s, int64_t M, int64_t K,
-             int act_block, const std::vector<uint8_t>& w, const std::vector<uint8_t>& ws,
-             int64_t N, std::vector<float>* y) {
-  const int64_t nkb = K / 32;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      float acc = 0;
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        float p = 0;
-        for (int k = 0; k < 32; ++k) {
-          const int64_t kk = kb * 32 + k;
-          const uint8_t byte = w[n * (K / 2) + kk / 2];
-          const uint8_t code = (kk % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-          p = std::fma(q[m * K + kk], dec_e2m1(code), p);
-        }
-        const float sa = s[m * (K / act_block) + (kb * 32) / act_block];
-        acc = acc + (p * sa) * dec_e8m0(ws[n * nkb + kb]);
-      }
-      (*y)[m * N + n] = bf16(acc);
-    }
-}
-
 struct Rand {
   std::mt19937 g{1234};
   std::vector<float> bf16_normal(size_t n, float scale) {
@@ -218,7 +193,7 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
     std::vector<float> q(M * K), s(M * (K / act_block));
     act_quant_fp8(x.data(), M, K, act_block, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
     std::vector<float> expect(M * N);
-    ref_fp4(q, s, M, K, act_block, w, ws, N, &expect);
+    testref::ref_fp4(q, s, M, K, act_block, w, ws, N, &expect);
     Fp4Weight W{w.data(), ws.data(), N, K, 32};
     QuantActs a{q.data(), s.data(), M, K, act_block};
     for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {

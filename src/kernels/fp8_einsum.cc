@@ -150,6 +150,26 @@ STRATA_AVX512 inline __attribute__((always_inline)) void store_acc(double* p, co
   _mm512_storeu_pd(p + 56, A.a7);
 }
 
+// Prefetch of group t's K block kb + 8 (on into the next group, which is contiguous; a
+// prefetch past the end never faults).
+STRATA_AVX512 inline __attribute__((always_inline)) void prefetch_ahead(const PackedFp8Weight& w,
+                                                                        int64_t t, int64_t kb) {
+  const int64_t nkb = w.k / w.block_k;
+  const char* c = reinterpret_cast<const char*>(w.codes.data()) +
+                  packed_code_offset(t, kb + 8, nkb, w.block_k, kTile);
+  for (int64_t off = 0; off < kPackGroup * w.block_k * kTile; off += 64)
+    _mm_prefetch(c + off, _MM_HINT_T0);
+}
+// The group's 64 row scales of one K block, times `fold`.
+STRATA_AVX512 inline __attribute__((always_inline)) void load_scales(const float* sc, __m512 fold,
+                                                                     __m512* s0, __m512* s1,
+                                                                     __m512* s2, __m512* s3) {
+  *s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
+  *s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
+  *s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
+  *s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+}
+
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
 STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                                  int64_t t, double* acc) {
@@ -158,15 +178,9 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
     const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
-    {  // 8 blocks ahead, on into the next group (contiguous); never faults past the end
-      const char* c = reinterpret_cast<const char*>(w.codes.data()) +
-                      packed_code_offset(t, kb + 8, nkb, bk, kTile);
-      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-    }
-    const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
-    const __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
-    const __m512 s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
-    const __m512 s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+    prefetch_ahead(w, t, kb);
+    __m512 s0, s1, s2, s3;
+    load_scales(sc, fold, &s0, &s1, &s2, &s3);
     for (int64_t r = 0; r < m; ++r) {
       double* ar = acc + r * 64;
       Acc64 A = load_acc(ar);
@@ -222,15 +236,9 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
     const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
-    {  // 8 blocks ahead, on into the next group (contiguous); never faults past the end
-      const char* c = reinterpret_cast<const char*>(w.codes.data()) +
-                      packed_code_offset(t, kb + 8, nkb, bk, kTile);
-      for (int64_t off = 0; off < kPackGroup * blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-    }
-    const __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
-    const __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
-    const __m512 s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
-    const __m512 s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+    prefetch_ahead(w, t, kb);
+    __m512 s0, s1, s2, s3;
+    load_scales(sc, fold, &s0, &s1, &s2, &s3);
     const float* xr = x + kb * bk;
     for (int64_t c = 0; c < bk; c += 4) {
       const uint8_t* q = base + c * kTile;
