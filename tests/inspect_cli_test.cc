@@ -22,6 +22,9 @@ TEST(InspectCli, ReadableCheckpointExitsZero) {
   std::string out;
   EXPECT_EQ(run_strata("inspect " + tiny_model().string(), &out), 0);
   EXPECT_NE(out.find("parameters by dtype"), std::string::npos) << out;
+  std::string by_file;  // the config file's path counts the checkpoint next to it too
+  EXPECT_EQ(run_strata("inspect " + (tiny_model() / "config.json").string(), &by_file), 0);
+  EXPECT_NE(by_file.find("parameters by dtype"), std::string::npos) << by_file;
 }
 
 TEST(InspectCli, CorruptCheckpointExitsNonZeroAfterConfigReport) {
@@ -37,6 +40,8 @@ TEST(InspectCli, CorruptCheckpointExitsNonZeroAfterConfigReport) {
   EXPECT_EQ(run_strata("inspect " + dir.string(), &out), 1);
   EXPECT_NE(out.find("checkpoint unreadable"), std::string::npos) << out;
   EXPECT_NE(out.find("layer schedule"), std::string::npos) << out;  // the config report
+  std::string by_file;
+  EXPECT_EQ(run_strata("inspect " + (dir / "config.json").string(), &by_file), 1);
   std::string js;
   EXPECT_EQ(run_strata("inspect --json " + dir.string(), &js), 1);
   const auto j = nlohmann::json::parse(js);

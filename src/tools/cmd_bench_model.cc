@@ -64,9 +64,13 @@ int run_bench_model(BenchModelCli& o) {
   ModelRunner& runner = **runner_or;
   const ModelInfo& info = runner.info();
   const int threads = o.threads > 0 ? o.threads : ThreadPool(0).num_threads();
-  if (o.prompt_tokens < 1 || o.prompt_tokens + o.decode_tokens > info.max_context) {
-    fmt::print(stderr, "strata bench model: prompt + decode tokens must be in [1, {}]\n",
-               info.max_context);
+  if (o.prompt_tokens < 1 || o.decode_tokens < 1) {
+    fmt::print(stderr, "strata bench model: --prompt-tokens and --decode-tokens must be >= 1\n");
+    return 1;
+  }
+  if (o.prompt_tokens + o.decode_tokens > info.max_context) {
+    fmt::print(stderr, "strata bench model: prompt + decode tokens ({}) exceed the context ({})\n",
+               o.prompt_tokens + o.decode_tokens, info.max_context);
     return 1;
   }
 

@@ -156,6 +156,8 @@ int run_inspect(const InspectArgs& a) {
   if (fs::is_directory(p, ec)) {
     dir = p;
     cfg_path = fs::exists(p / "config.json", ec) ? p / "config.json" : p / "inference-config.json";
+  } else {
+    dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();  // checkpoint next to it
   }
   if (!fs::exists(cfg_path, ec)) {
     fmt::print(stderr, "inspect: no config at {}\n", cfg_path.string());
