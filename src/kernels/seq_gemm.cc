@@ -125,30 +125,39 @@ STRATA_AVX2 void single_tile_avx2(const float* xr, const void* base, int64_t K, 
 }
 
 
-// AVX-512, BF16 weights, one activation row: 8 tiles (64 rows) per pass, two tiles per zmm
-// (lanes 0-7 = tile A's rows, 8-15 = tile B's), so a lane still holds one output row and runs
-// the scalar chain (bit-identical); 4 independent FMA chains.
+// AVX-512, one activation row: 8 tiles (64 rows) per pass, two tiles per zmm (lanes 0-7 =
+// tile A's rows, 8-15 = tile B's), so a lane still holds one output row and runs the scalar
+// chain (bit-identical); 4 independent FMA chains. BF16 weights are widened in registers.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define STRATA_AVX512_SEQ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
-STRATA_AVX512_SEQ inline __m512 load16_bf16(const uint16_t* a, const uint16_t* b) {
-  const __m256i h = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+template <bool kBf16>
+STRATA_AVX512_SEQ inline __m512 load16(const void* base, int64_t a, int64_t b) {
+  if constexpr (kBf16) {
+    const uint16_t* w = static_cast<const uint16_t*>(base);
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b)), 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    const float* w = static_cast<const float*>(base);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w + a)),
+                              _mm256_loadu_ps(w + b), 1);
+  }
 }
-STRATA_AVX512_SEQ void group8_bf16_avx512(const float* x, const uint16_t* base, int64_t K,
-                                          int64_t t0, float* out) {
+template <bool kBf16>
+STRATA_AVX512_SEQ void group8_avx512(const float* x, const void* base, int64_t K, int64_t t0,
+                                     float* out) {
   const int64_t tk = K * kTile;  // elements per tile
-  const uint16_t* w0 = base + t0 * tk;
+  const int64_t s0 = t0 * tk;
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t c = 0; c < K; ++c) {
-    const int64_t o = c * kTile;
+    const int64_t o = s0 + c * kTile;
     const __m512 xb = _mm512_set1_ps(x[c]);
-    a0 = _mm512_fmadd_ps(xb, load16_bf16(w0 + o, w0 + tk + o), a0);
-    a1 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 2 * tk + o, w0 + 3 * tk + o), a1);
-    a2 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 4 * tk + o, w0 + 5 * tk + o), a2);
-    a3 = _mm512_fmadd_ps(xb, load16_bf16(w0 + 6 * tk + o, w0 + 7 * tk + o), a3);
+    a0 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o, o + tk), a0);
+    a1 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 2 * tk, o + 3 * tk), a1);
+    a2 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 4 * tk, o + 5 * tk), a2);
+    a3 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 6 * tk, o + 7 * tk), a3);
   }
   _mm512_storeu_ps(out, a0);
   _mm512_storeu_ps(out + 16, a1);
@@ -171,10 +180,10 @@ STRATA_AVX2 void cols_avx2(const float* x, int64_t m, const PackedSeqWeight& w, 
     }
   };
   int64_t t = t0;
-  if (kBf16 && m == 1 && avx512_active()) {
+  if (m == 1 && avx512_active()) {
     alignas(64) float buf8[8 * kTile];
     for (; t + 8 <= t1; t += 8) {
-      group8_bf16_avx512(x, w.data16.data(), K, t, buf8);
+      group8_avx512<kBf16>(x, base, K, t, buf8);
       emit(0, t, 8, buf8);
     }
   }

@@ -80,7 +80,7 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
           std::vector<float> want(m * n);
           for (int64_t r = 0; r < m; ++r)
             for (int64_t c = 0; c < n; ++c) want[r * n + c] = seq_dot(&x[r * k], &wf[c * k], k);
-          for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX2 + AVX-512 (bf16, m = 1)
+          for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX2 + AVX-512 (m = 1)
             IsaGuard g(mode == 0 ? Isa::kScalar : Isa::kAvx2);
             set_avx512_enabled(mode == 2);
             for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
