@@ -476,10 +476,11 @@ __attribute__((target("avx512f,avx2,fma"))) int64_t pv_accumulate_avx512(
 
 // acc[i] = fma(pb[t], rows[t][i], acc[i]) for t in order (null rows skipped: fma(0, 0, a)
 // == a), vectorized over i (lanes never mix t), so the order per element is unchanged.
+// Columns [i0, d) (the AVX-512 loop may have done [0, i0)).
 __attribute__((target("avx2,fma"))) void pv_accumulate_avx2(const float* const* rows,
                                                              const float* pb, int64_t nb,
-                                                             int64_t d, float* acc) {
-  int64_t i = kernels::avx512_active() ? pv_accumulate_avx512(rows, pb, nb, d, acc) : 0;
+                                                             int64_t d, float* acc, int64_t i0) {
+  int64_t i = i0;
   for (; i + 32 <= d; i += 32) {
     __m256 c0 = _mm256_loadu_ps(acc + i), c1 = _mm256_loadu_ps(acc + i + 8);
     __m256 c2 = _mm256_loadu_ps(acc + i + 16), c3 = _mm256_loadu_ps(acc + i + 24);
@@ -506,7 +507,8 @@ __attribute__((target("avx2,fma"))) void pv_accumulate_avx2(const float* const* 
 
 void pv_accumulate(const float* const* rows, const float* pb, int64_t nb, int64_t d, float* acc) {
   if (kernels::active_isa() == kernels::Isa::kAvx2) {
-    pv_accumulate_avx2(rows, pb, nb, d, acc);
+    const int64_t i0 = kernels::avx512_active() ? pv_accumulate_avx512(rows, pb, nb, d, acc) : 0;
+    pv_accumulate_avx2(rows, pb, nb, d, acc, i0);
     return;
   }
   for (int64_t t = 0; t < nb; ++t) {
