@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 bash scripts/setup.sh
+echo "[build] building $BUILD_DIR (the first build takes ~10 minutes on 2 cores; output quiet)"
 bash scripts/build.sh "$BUILD_DIR" >/dev/null
 STRATA="$BUILD_DIR/src/tools/strata"
 LOG=$(mktemp)
@@ -27,6 +28,7 @@ curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
 echo
 TRACE=${TRACE:-../shared/data/traces/mooncake/conversation_trace.jsonl}
 [[ -f "$TRACE" ]] || TRACE=testdata/traces/mooncake_conversation_head50.jsonl
+echo "[bench] trace $TRACE"
 "$STRATA" bench serve --url "$URL" --trace "mooncake:$TRACE" --num-requests "${NUM_REQUESTS:-200}" \
   --block-tokens 16 --time-scale "${TIME_SCALE:-0.02}" --length-scale 0.05 \
   --goodput ttft:500 tpot:50 --out bench-mooncake.json --plot bench-mooncake.svg
