@@ -205,24 +205,6 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
 // are the same bits as chain_block's. (Tried: two groups at once for 8 FMA chains at M = 1;
 // slower, the registers spill.)
 
-// Activations pre-scaled by 2^112, per GEMM call: [M][K]; usable when every |x| < 2^15.
-struct Fp8ExtActs {
-  std::vector<float> xs;
-  bool ok = false;
-};
-
-void prepare_fp8_ext(const QuantActs& a, Fp8ExtActs* d) {
-  const int64_t n = a.m * a.k;
-  d->xs.resize(static_cast<size_t>(n));
-  d->ok = true;
-  const float scale = std::ldexp(1.0f, 112);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = a.q[i];
-    if (!(std::fabs(v) < 32768.0f)) d->ok = false;
-    d->xs[static_cast<size_t>(i)] = v * scale;
-  }
-}
-
 // Partials of one K block (base: 8 tiles x blk bytes) for activation rows x0 (p*) and, when
 // kRows == 2, x1 (q*).
 template <int kRows>
@@ -248,7 +230,7 @@ STRATA_AVX512_EXT STRATA_INLINE Partials chain_block_fp8_ext(const uint8_t* base
 // Rows [g0, g0 + 64) (tiles t0..t0+7), activation rows m0..m0+kRows-1; out [kRows][64].
 template <int kRows>
 STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_t t0,
-                                        int64_t m0, const Fp8ExtActs& d, float* out) {
+                                        int64_t m0, const ExtActs& d, float* out) {
   const int bk = s.bk;
   const int64_t K = s.k, nkb = K / bk;
   const int64_t act_per = a.block / bk, ldsx = K / a.block;
@@ -277,34 +259,6 @@ STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_
 }
 
 // ---- FP4 dot path ----
-
-// Activations of the dot path for one GEMM call: x as bf16 pairs (K index 2j in the low half
-// of a dword), laid out for 128-bit broadcasts: quad[m][j / 2] = {pair j, pair j, pair j+1,
-// pair j+1}; and, per 32-wide K block, whether fp4_block_sums_exact holds.
-struct Fp4DotActs {
-  std::vector<uint32_t> quad;  // [M][K/4][4]
-  std::vector<uint8_t> exact;  // [M][K/32]
-};
-
-void prepare_fp4_dot(const QuantActs& a, Fp4DotActs* d) {
-  const int64_t K = a.k, nkb = K / 32;
-  d->quad.resize(static_cast<size_t>(a.m * K));
-  d->exact.resize(static_cast<size_t>(a.m * nkb));
-  for (int64_t m = 0; m < a.m; ++m) {
-    const float* x = a.q + m * K;
-    uint32_t* q = d->quad.data() + m * K;
-    for (int64_t j = 0; j < K / 2; ++j) {
-      uint32_t lo, hi;
-      std::memcpy(&lo, &x[2 * j], 4);
-      std::memcpy(&hi, &x[2 * j + 1], 4);
-      const uint32_t pair = (lo >> 16) | (hi & 0xFFFF0000u);
-      q[(j / 2) * 4 + (j % 2) * 2] = pair;
-      q[(j / 2) * 4 + (j % 2) * 2 + 1] = pair;
-    }
-    for (int64_t kb = 0; kb < nkb; ++kb)
-      d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;
-  }
-}
 
 // The exact-block path keeps ONE tile (8 rows) per zmm, two K pairs at once: a 128-bit
 // broadcast of the tile's 16 bytes of K pairs j and j+1 puts pair j in the even qwords and
@@ -411,7 +365,7 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
 
 template <int kRows>
 STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_t t0,
-                                        int64_t m0, const Fp4DotActs& d,
+                                        int64_t m0, const ExtActs& d,
                                         float* out /*[kRows][64]*/) {
   constexpr int bk = 32;
   constexpr int64_t blk = bk * kTile / 2;
@@ -455,29 +409,62 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
 
 }  // namespace
 
-int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
-                         int64_t n_begin, int64_t n_end) {
+void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
+  d->fp8 = d->fp4_dot = false;
+  if (!avx512_ext_active() || a.m > 4) return;
+  const int64_t K = a.k;
+  if (s.kind == Src::kFp4Packed) {
+    const int64_t nkb = K / 32;
+    d->quad.resize(static_cast<size_t>(a.m * K));
+    d->exact.resize(static_cast<size_t>(a.m * nkb));
+    for (int64_t m = 0; m < a.m; ++m) {
+      const float* x = a.q + m * K;
+      uint32_t* q = d->quad.data() + m * K;
+      for (int64_t j = 0; j < K / 2; ++j) {
+        uint32_t lo, hi;
+        std::memcpy(&lo, &x[2 * j], 4);
+        std::memcpy(&hi, &x[2 * j + 1], 4);
+        const uint32_t pair = (lo >> 16) | (hi & 0xFFFF0000u);
+        q[(j / 2) * 4 + (j % 2) * 2] = pair;
+        q[(j / 2) * 4 + (j % 2) * 2 + 1] = pair;
+      }
+      for (int64_t kb = 0; kb < nkb; ++kb)
+        d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;
+    }
+    d->fp4_dot = true;
+  } else if (s.kind == Src::kFp8Packed && s.bk % 4 == 0) {
+    const int64_t n = a.m * K;
+    d->xs.resize(static_cast<size_t>(n));
+    bool ok = true;
+    const float scale = std::ldexp(1.0f, 112);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = a.q[i];
+      if (!(std::fabs(v) < 32768.0f)) ok = false;
+      d->xs[static_cast<size_t>(i)] = v * scale;
+    }
+    d->fp8 = ok;
+  }
+}
+
+int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,
+                         OutRound out, int64_t n_begin, int64_t n_end) {
   constexpr int64_t kRowsPerGroup = kPackGroup * kTile;
   if (n_begin % kRowsPerGroup != 0) return n_begin;
   alignas(64) float buf[2 * kRowsPerGroup];
   const bool fp4 = s.kind == Src::kFp4Packed;
-  const bool ext = avx512_ext_active() && n_begin + kRowsPerGroup <= n_end;
-  const bool dot = fp4 && ext;
-  thread_local Fp4DotActs d;
-  thread_local Fp8ExtActs d8;
-  if (dot) prepare_fp4_dot(a, &d);
-  const bool ext8 = !fp4 && ext && s.bk % 4 == 0 && (prepare_fp8_ext(a, &d8), d8.ok);
+  const bool dot = fp4 && ext != nullptr && ext->fp4_dot;
+  const bool ext8 = !fp4 && ext != nullptr && ext->fp8;
   int64_t g0 = n_begin;
   for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
     for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
       const int rows = m0 + 2 <= a.m ? 2 : 1;
       const int64_t t0 = g0 / kTile;
       if (dot) {
-        if (rows == 2) group512_fp4_dot<2>(a, s, t0, m0, d, buf);
-        else group512_fp4_dot<1>(a, s, t0, m0, d, buf);
+        if (rows == 2) group512_fp4_dot<2>(a, s, t0, m0, *ext, buf);
+        else group512_fp4_dot<1>(a, s, t0, m0, *ext, buf);
       } else if (ext8) {
-        if (rows == 2) group512_fp8_ext<2>(a, s, t0, m0, d8, buf);
-        else group512_fp8_ext<1>(a, s, t0, m0, d8, buf);
+        if (rows == 2) group512_fp8_ext<2>(a, s, t0, m0, *ext, buf);
+        else group512_fp8_ext<1>(a, s, t0, m0, *ext, buf);
       } else if (fp4) {
         if (rows == 2) group512<true, 2>(a, s, t0, m0, buf);
         else group512<true, 1>(a, s, t0, m0, buf);

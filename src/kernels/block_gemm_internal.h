@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
@@ -35,11 +36,29 @@ struct Src {
   }
 };
 
+// Activation-side data of the AVX-512 extension paths (kernels::avx512_ext_active()),
+// made once per GEMM call before the pool dispatch and then only read, by every thread:
+//   FP8: xs = x·2^112 [M][K], usable when every |x| < 2^15 (fp8);
+//   FP4 dot path: x as bf16 pairs laid out for 128-bit broadcasts, quad[m][j / 2] = {pair j,
+//   pair j, pair j+1, pair j+1} (K index 2j in the low half of a dword), and per 32-wide K
+//   block whether fp4_block_sums_exact holds (fp4_dot).
+struct ExtActs {
+  bool fp8 = false;
+  bool fp4_dot = false;
+  std::vector<float> xs;        // [M][K]
+  std::vector<uint32_t> quad;   // [M][K/4][4]
+  std::vector<uint8_t> exact;   // [M][K/32]
+};
+// Fills *d for GEMMs of activations `a` over packed weights `s` (both flags stay false when
+// the extension paths are off, the weights are not packed, or a.m > 4).
+void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d);
+
 // Decode over packed weights with AVX-512 (caller checks avx512_active(), a.m <= 4, s.bk
 // even): rows [n_begin, n_end) must start on a group boundary (kPackGroup tiles); returns the
 // first row it did not handle (a ragged last group is left to the AVX2 path). y is [a.m, s.n].
-int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, float* y, OutRound out,
-                         int64_t n_begin, int64_t n_end);
+// `ext` from prepare_ext_acts(a, s, ...), or null (then the plain AVX-512 paths run).
+int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,
+                         OutRound out, int64_t n_begin, int64_t n_end);
 
 // True when every partial sum of Σ_k x[k]·w[k] over these 32 activations is exactly
 // representable in f32 for EVERY E2M1 weight vector w (so any summation order, including
