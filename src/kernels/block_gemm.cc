@@ -90,7 +90,7 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
         break;
       }
       case Src::kFp8Packed: {
-        sw[l] = s.pscales(n0 / kTile, kb)[l];
+        sw[l] = s.pscales(n0 / kTile, kb).at(l);
         const uint8_t* src = s.pcodes(n0 / kTile, kb) + l;
         for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[k * kTile]];
         break;
@@ -105,7 +105,7 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
         break;
       }
       case Src::kFp4Packed: {
-        sw[l] = s.pscales(n0 / kTile, kb)[l];
+        sw[l] = s.pscales(n0 / kTile, kb).at(l);
         const uint8_t* src = s.pcodes(n0 / kTile, kb) + l / 2;
         const int shift = (l % 2) * 4;
         for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e2m1[(src[k * (kTile / 2)] >> shift) & 0xf];
@@ -204,7 +204,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
   __m256 lo, hi;
   switch (s.kind) {
     case Src::kFp8Packed: {
-      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
+      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb).at(l) * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
         simd::decode16_e4m3(src + k * kTile, &lo, &hi);
@@ -214,7 +214,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       return;
     }
     case Src::kFp4Packed: {
-      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb)[l] * kFold;
+      for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb).at(l) * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
         simd::decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
@@ -351,7 +351,7 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
       for (int g = 0; g < ng; ++g) {
         const char* c = reinterpret_cast<const char*>(s.pcodes(g0 / kTile + g, kb + kAhead));
         for (int64_t off = 0; off < blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(s.pscales(g0 / kTile + g, kb + kAhead)),
+        _mm_prefetch(static_cast<const char*>(s.pscales(g0 / kTile + g, kb + kAhead).addr()),
                      _MM_HINT_T0);
       }
     }
@@ -408,7 +408,8 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   for (int r = 0; r < kRows; ++r) {
     const __m256 sx = _mm256_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
     for (int g = 0; g < ng; ++g) {
-      const __m256 sw = _mm256_mul_ps(_mm256_loadu_ps(s.pscales(g0 / kTile + g, kb)),
+      const detail::ScaleRef sr = s.pscales(g0 / kTile + g, kb);
+      const __m256 sw = _mm256_mul_ps(simd::load_scales8(sr.f32, sr.e8m0),
                                       _mm256_set1_ps(256.0f));  // see decode16_e4m3
       float* ac = acc + ((m0 + r) * kGroup + g) * kTile;
       const __m256 t = _mm256_mul_ps(_mm256_mul_ps(p[r][g], sx), sw);
@@ -536,7 +537,8 @@ Src src_of(const Fp4Weight& w) {
 Src src_of(const PackedFp8Weight& w) {
   Src s{Src::kFp8Packed};
   s.codes = w.codes.data();
-  s.scales_f32 = w.scales.data();
+  s.scales_f32 = w.scales.empty() ? nullptr : w.scales.data();
+  s.pscales_e8m0 = w.scales_e8m0.empty() ? nullptr : w.scales_e8m0.data();
   s.n = w.n;
   s.k = w.k;
   s.bk = w.block_k;
@@ -545,7 +547,8 @@ Src src_of(const PackedFp8Weight& w) {
 Src src_of(const PackedFp4Weight& w) {
   Src s{Src::kFp4Packed};
   s.codes = w.codes.data();
-  s.scales_f32 = w.scales.data();
+  s.scales_f32 = w.scales.empty() ? nullptr : w.scales.data();
+  s.pscales_e8m0 = w.scales_e8m0.empty() ? nullptr : w.scales_e8m0.data();
   s.n = w.n;
   s.k = w.k;
   s.bk = 32;
@@ -580,7 +583,14 @@ void fp4_gemm(const QuantActs& a, const Fp4Weight& w, float* y, OutRound out, Th
   run(a, src_of(w), y, out, pool);
 }
 
-PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w) {
+// True when every UE8M0 byte is a normal f32 power of two (1..254): the byte form applies.
+bool e8m0_bytes_normal(const uint8_t* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (b[i] == 0 || b[i] == 255) return false;
+  return true;
+}
+
+PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
   STRATA_CHECK(w.codes != nullptr && (w.scales_e8m0 != nullptr) != (w.scales_f32 != nullptr));
   STRATA_CHECK(w.block_k > 0 && w.block_k % 8 == 0 && w.k % w.block_k == 0);
   const Luts& L = luts();
@@ -590,29 +600,47 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w) {
   p.block_k = w.block_k;
   const int64_t tiles = padded_tiles(w.n), nkb = w.k / w.block_k, bk = w.block_k;
   const int64_t scols = (w.k + w.block_k - 1) / w.block_k;
+  const bool bytes = form == PackedScales::kAuto && w.scales_e8m0 != nullptr &&
+                     e8m0_bytes_normal(w.scales_e8m0, ((w.n + w.block_n - 1) / w.block_n) * scols);
   p.codes.assign(static_cast<size_t>(tiles * w.k * kTile), 0);
-  p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
+  const size_t nscales = static_cast<size_t>(tiles * kTile * nkb);
+  if (bytes) {
+    p.scales_e8m0.assign(nscales, 127);  // padding rows: 1.0 (their codes are zero)
+  } else {
+    p.scales.assign(nscales, 0.0f);
+  }
   for (int64_t n = 0; n < w.n; ++n) {
     const int64_t t = n / kTile, l = n % kTile;
     for (int64_t k = 0; k < w.k; ++k)
       p.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l] = w.codes[n * w.k + k];
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t si = (n / w.block_n) * scols + kb;
-      p.scales[packed_scale_offset(t, kb, nkb) + l] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
+      const int64_t di = packed_scale_offset(t, kb, nkb) + l;
+      if (bytes) {
+        p.scales_e8m0[di] = w.scales_e8m0[si];
+      } else {
+        p.scales[di] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
+      }
     }
   }
   return p;
 }
 
-PackedFp4Weight pack_fp4_weight(const Fp4Weight& w) {
+PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form) {
   STRATA_CHECK(w.packed != nullptr && w.scales_e8m0 != nullptr && w.group == 32 && w.k % 32 == 0);
   const Luts& L = luts();
   PackedFp4Weight p;
   p.n = w.n;
   p.k = w.k;
   const int64_t tiles = padded_tiles(w.n), nkb = w.k / 32;
+  const bool bytes = form == PackedScales::kAuto && e8m0_bytes_normal(w.scales_e8m0, w.n * nkb);
   p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2)), 0);
-  p.scales.assign(static_cast<size_t>(tiles * kTile * nkb), 0.0f);
+  const size_t nscales = static_cast<size_t>(tiles * kTile * nkb);
+  if (bytes) {
+    p.scales_e8m0.assign(nscales, 127);
+  } else {
+    p.scales.assign(nscales, 0.0f);
+  }
   for (int64_t n = 0; n < w.n; ++n) {
     const int64_t t = n / kTile, l = n % kTile;
     for (int64_t k = 0; k < w.k; ++k) {
@@ -621,8 +649,14 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w) {
       uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) + (k % 32) * (kTile / 2) + l / 2];
       dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
     }
-    for (int64_t kb = 0; kb < nkb; ++kb)
-      p.scales[packed_scale_offset(t, kb, nkb) + l] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t di = packed_scale_offset(t, kb, nkb) + l;
+      if (bytes) {
+        p.scales_e8m0[di] = w.scales_e8m0[n * nkb + kb];
+      } else {
+        p.scales[di] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
+      }
+    }
   }
   return p;
 }

@@ -105,22 +105,37 @@ void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_
 // K index, row 2j in the low nibble of byte j), and so that decode (M = 1..4) streams each
 // group of kPackGroup tiles as ONE sequential run of memory:
 //   codes  [ceil(tiles/8)][K/block_k][8 tiles][block_k][8 rows]   (tiles padded to 8: zero rows)
-//   scales [ceil(tiles/8)][K/block_k][8 tiles][8 rows] f32        (one per row per K block)
-// Use packed_codes / packed_scales for addressing. Weights stay 1 byte (FP8) or 1/2 byte
-// (FP4) per element: nothing is expanded to f32 in memory. Results are bit-identical to
-// the unpacked kernels.
+//   scales [ceil(tiles/8)][K/block_k][8 tiles][8 rows]            (one per row per K block)
+// The scales are kept as UE8M0 bytes (scales_e8m0, 1 byte each) when the checkpoint's are
+// UE8M0 and every byte is in 1..254 (a normal f32 power of two: the kernels widen a byte b to
+// the f32 bits b << 23), else as f32 (scales). At 32-wide K blocks this is 1/32 byte per
+// weight instead of 1/8: FP8 weights take 1.03 bytes instead of 1.125, FP4 0.53 instead of
+// 0.625. Use packed_codes / packed_scales for addressing. Weights stay 1 byte (FP8) or
+// 1/2 byte (FP4) per element: nothing is expanded to f32 in memory. Results are
+// bit-identical to the unpacked kernels, with either scale form.
 inline constexpr int kPackGroup = 8;
 struct PackedFp8Weight {
   int64_t n = 0, k = 0;
   int block_k = 128;
   std::vector<uint8_t> codes;
-  std::vector<float> scales;
+  std::vector<float> scales;           // f32 form (empty when scales_e8m0 is used)
+  std::vector<uint8_t> scales_e8m0;    // UE8M0 form, bytes in 1..254 (empty when f32)
+  int64_t bytes() const {
+    return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size());
+  }
 };
 struct PackedFp4Weight {
   int64_t n = 0, k = 0;
   std::vector<uint8_t> codes;
-  std::vector<float> scales;
+  std::vector<float> scales;           // as PackedFp8Weight
+  std::vector<uint8_t> scales_e8m0;
+  int64_t bytes() const {
+    return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size());
+  }
 };
+// Scale form of the packed layouts: kAuto as described above; kF32 always f32 (the
+// previous layout, kept for comparisons and benchmarks).
+enum class PackedScales : uint8_t { kAuto, kF32 };
 // Offsets (in elements of codes / scales) of tile `t`'s K block `kb` (block_k K indices ×
 // 8 rows, `bytes_per_k` = 8 for FP8, 4 for FP4, contiguous).
 inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t block_k,
@@ -130,8 +145,8 @@ inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t bl
 inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
   return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * 8;
 }
-PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w);
-PackedFp4Weight pack_fp4_weight(const Fp4Weight& w);
+PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form = PackedScales::kAuto);
+PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form = PackedScales::kAuto);
 void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,
                      ThreadPool* pool);
 void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, OutRound out,

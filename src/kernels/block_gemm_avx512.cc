@@ -113,16 +113,21 @@ STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int64_t bl
   return P;
 }
 
+STRATA_AVX512 STRATA_INLINE __m512 scales16(const ScaleRef& r, int i) {
+  return simd::load_scales16(r.f32 != nullptr ? r.f32 + i : nullptr,
+                             r.e8m0 != nullptr ? r.e8m0 + i : nullptr);
+}
+
 // acc += (p * sx) * sw, in that order (block_gemm.h), for both activation rows.
 template <int kRows>
-STRATA_AVX512 STRATA_INLINE void scale_add(const Partials& P, const float* sc, __m512 fold,
+STRATA_AVX512 STRATA_INLINE void scale_add(const Partials& P, const ScaleRef& sc, __m512 fold,
                                            float sx0, float sx1, __m512& a0, __m512& a1,
                                            __m512& a2, __m512& a3, __m512& b0, __m512& b1,
                                            __m512& b2, __m512& b3) {
-  const __m512 sw0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
-  const __m512 sw1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
-  const __m512 sw2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
-  const __m512 sw3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+  const __m512 sw0 = _mm512_mul_ps(scales16(sc, 0), fold);
+  const __m512 sw1 = _mm512_mul_ps(scales16(sc, 16), fold);
+  const __m512 sw2 = _mm512_mul_ps(scales16(sc, 32), fold);
+  const __m512 sw3 = _mm512_mul_ps(scales16(sc, 48), fold);
   const __m512 s0 = _mm512_set1_ps(sx0);
   a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_mul_ps(P.p0, s0), sw0));
   a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_mul_ps(P.p1, s0), sw1));
@@ -141,8 +146,9 @@ STRATA_AVX512 STRATA_INLINE void prefetch_block(const Src& s, int64_t t0, int64_
                                                 int64_t bytes) {
   const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb));
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-  const char* sc = reinterpret_cast<const char*>(s.pscales(t0, kb));
-  for (int off = 0; off < 256; off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
+  const ScaleRef r = s.pscales(t0, kb);
+  const char* sc = static_cast<const char*>(r.addr());
+  for (int off = 0; off < 64 * r.bytes_per_scale(); off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
 }
 
 template <int kRows>

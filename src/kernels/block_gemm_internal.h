@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/act_quant.h"
@@ -16,12 +17,36 @@ inline constexpr int kTile = 8;  // weight rows per tile of the packed layouts
 
 inline float round_out(float v, OutRound out) { return out == OutRound::kF32 ? v : round_bf16(v); }
 
+// One packed tile's (or group's) scales of one K block, in whichever form the weight keeps
+// them (block_gemm.h): exactly one pointer is set. UE8M0 bytes are in 1..254 and widen to the
+// f32 bits b << 23 (2^(b-127), exact).
+struct ScaleRef {
+  const float* f32 = nullptr;
+  const uint8_t* e8m0 = nullptr;
+  float at(int i) const {
+    if (f32 != nullptr) return f32[i];
+    const uint32_t bits = static_cast<uint32_t>(e8m0[i]) << 23;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
+  const void* addr() const { return f32 != nullptr ? static_cast<const void*>(f32) : e8m0; }
+  int bytes_per_scale() const { return f32 != nullptr ? 4 : 1; }
+};
+template <class PackedWeight>
+ScaleRef packed_scale_ref(const PackedWeight& w, int64_t t, int64_t kb, int64_t nkb) {
+  const int64_t o = packed_scale_offset(t, kb, nkb);
+  if (!w.scales_e8m0.empty()) return ScaleRef{nullptr, w.scales_e8m0.data() + o};
+  return ScaleRef{w.scales.data() + o, nullptr};
+}
+
 // Where the weights come from.
 struct Src {
   enum Kind { kFp8Raw, kFp8Packed, kFp4Raw, kFp4Packed } kind;
   const uint8_t* codes = nullptr;
   const uint8_t* scales_e8m0 = nullptr;  // raw layouts
-  const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed (per row)
+  const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed f32 (per row)
+  const uint8_t* pscales_e8m0 = nullptr; // packed UE8M0 byte form (per row)
   int64_t n = 0, k = 0;
   int bk = 32;       // K block of the weight scales (FP4: 32)
   int block_n = 1;   // raw FP8 scale rows
@@ -31,8 +56,10 @@ struct Src {
     const int64_t bpk = fp4() ? kTile / 2 : kTile;
     return codes + packed_code_offset(t, kb, k / bk, bk, bpk);
   }
-  const float* pscales(int64_t t, int64_t kb) const {
-    return scales_f32 + packed_scale_offset(t, kb, k / bk);
+  ScaleRef pscales(int64_t t, int64_t kb) const {
+    const int64_t o = packed_scale_offset(t, kb, k / bk);
+    if (pscales_e8m0 != nullptr) return ScaleRef{nullptr, pscales_e8m0 + o};
+    return ScaleRef{scales_f32 + o, nullptr};
   }
 };
 

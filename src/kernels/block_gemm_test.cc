@@ -165,7 +165,11 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y1[n], expect[3 * N + n]);
         // repacked weights: same bits, for M = 1, 2 (register path) and 5 (panel path)
         // (with and without the AVX-512 decode path where the CPU has it)
-        const PackedFp8Weight P = pack_fp8_weight(W);
+        // both scale forms of the packed layout (UE8M0 bytes, f32)
+        for (PackedScales form : {PackedScales::kAuto, PackedScales::kF32}) {
+        const PackedFp8Weight P = pack_fp8_weight(W, form);
+        ASSERT_EQ(P.scales_e8m0.empty(), form == PackedScales::kF32);
+        ASSERT_EQ(P.scales.empty(), form == PackedScales::kAuto);
         for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
           set_avx512_enabled(mode >= 1);
           set_avx512_ext_enabled(mode == 2);
@@ -174,8 +178,10 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
             std::vector<float> yp(m * N, -1.0f);
             fp8_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
             for (int64_t i = 0; i < m * N; ++i)
-              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode;
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode
+                                          << " f32 scales=" << (form == PackedScales::kF32);
           }
+        }
         }
       }
     }
@@ -203,7 +209,11 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
         std::vector<float> y(M * N, -1.0f);
         fp4_gemm(a, W, y.data(), OutRound::kBf16, &pool);
         for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i;
-        const PackedFp4Weight P = pack_fp4_weight(W);
+        // both scale forms of the packed layout (UE8M0 bytes, f32)
+        for (PackedScales form : {PackedScales::kAuto, PackedScales::kF32}) {
+        const PackedFp4Weight P = pack_fp4_weight(W, form);
+        ASSERT_EQ(P.scales_e8m0.empty(), form == PackedScales::kF32);
+        ASSERT_EQ(P.scales.empty(), form == PackedScales::kAuto);
         for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
           set_avx512_enabled(mode >= 1);
           set_avx512_ext_enabled(mode == 2);
@@ -212,8 +222,10 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
             std::vector<float> yp(m * N, -1.0f);
             fp4_gemm_packed(am, P, yp.data(), OutRound::kBf16, &pool);
             for (int64_t i = 0; i < m * N; ++i)
-              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode;
+              ASSERT_EQ(yp[i], expect[i]) << "packed m=" << m << " i=" << i << " mode=" << mode
+                                          << " f32 scales=" << (form == PackedScales::kF32);
           }
+        }
         }
       }
     }
@@ -243,6 +255,44 @@ TEST(BlockGemm, Fp8F32ScalesAndPartialColumnRange) {
         EXPECT_EQ(y2[m * N + n], 0.0f);  // outside the range: untouched
       }
     }
+}
+
+TEST(BlockGemm, PackedScaleFormFollowsTheCheckpointScales) {
+  Rand r;
+  const int64_t M = 2, K = 64, N = 70;
+  auto x = r.bf16_normal(M * K, 1.0f);
+  auto w = random_e4m3(r, N * K);
+  auto w4 = r.bytes(N * K / 2, 0, 255);
+  std::vector<float> q(M * K), s(M * 2);
+  act_quant_fp8(x.data(), M, K, 32, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
+  QuantActs a{q.data(), s.data(), M, K, 32};
+  // FP8, 32x32 blocks: 3 row-blocks x 2 col-blocks. UE8M0 bytes 1..254 -> byte form
+  // (1/32 byte per weight); a 0 byte (2^-127, an f32 subnormal) -> f32 form; f32 scales ->
+  // f32 form. Every form gives the reference's bits.
+  for (uint8_t extreme : {uint8_t{1}, uint8_t{254}, uint8_t{0}}) {
+    std::vector<uint8_t> ws = {120, extreme, 127, 131, 126, 110};
+    Fp8BlockWeight W{w.data(), ws.data(), nullptr, N, K, 32, 32};
+    const PackedFp8Weight P = pack_fp8_weight(W);
+    EXPECT_EQ(P.scales_e8m0.empty(), extreme == 0);
+    const int64_t padded_rows = 128;  // 70 rows -> 2 packed groups of 64
+    EXPECT_EQ(P.bytes(), padded_rows * K + padded_rows * (K / 32) * (extreme == 0 ? 4 : 1));
+    std::vector<float> want(M * N), got(M * N);
+    ref::fp8_gemm_cols(a, W, want.data(), OutRound::kF32, 0, N);
+    for (int mode : {0, 1, 2}) {
+      set_avx512_enabled(mode >= 1);
+      set_avx512_ext_enabled(mode == 2);
+      fp8_gemm_packed(a, P, got.data(), OutRound::kF32, nullptr);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "i=" << i << " extreme=" << int(extreme) << " mode=" << mode;
+    }
+  }
+  std::vector<float> wsf = {dec_e8m0(120), dec_e8m0(121), dec_e8m0(122), dec_e8m0(123), 0.75f, 3.0f};
+  EXPECT_TRUE(pack_fp8_weight(Fp8BlockWeight{w.data(), nullptr, wsf.data(), N, K, 32, 32}).scales_e8m0.empty());
+  // FP4: a 255 (NaN) scale byte anywhere -> f32 form
+  std::vector<uint8_t> ws4(N * (K / 32), 125);
+  EXPECT_FALSE(pack_fp4_weight(Fp4Weight{w4.data(), ws4.data(), N, K, 32}).scales_e8m0.empty());
+  ws4[77] = 255;
+  EXPECT_TRUE(pack_fp4_weight(Fp4Weight{w4.data(), ws4.data(), N, K, 32}).scales_e8m0.empty());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/act_quant.h"
 #include "kernels/avx2_common.h"
+#include "kernels/block_gemm_internal.h"
 #include "kernels/cpu_features.h"
 #include "kernels/simd_decode.h"
 
@@ -40,7 +41,7 @@ const Table kTable;
 // Dequantized weight of row (tile t, lane l) at k.
 inline float weight_at(const PackedFp8Weight& w, int64_t t, int l, int64_t k) {
   const int64_t nkb = w.k / w.block_k, bk = w.block_k;
-  const float s = w.scales[packed_scale_offset(t, k / bk, nkb) + l];
+  const float s = detail::packed_scale_ref(w, t, k / bk, nkb).at(l);
   return kTable.v[w.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l]] * s;
 }
 
@@ -72,8 +73,8 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
     const uint8_t* src[kNt];
     for (int i = 0; i < kNt; ++i) {
       // the decode carries 2^-8; fold 256 into the (power-of-two) scale: exact
-      sc[i] = _mm256_mul_ps(_mm256_loadu_ps(&w.scales[packed_scale_offset(t + i, kb, nkb)]),
-                            _mm256_set1_ps(256.0f));
+      const detail::ScaleRef r = detail::packed_scale_ref(w, t + i, kb, nkb);
+      sc[i] = _mm256_mul_ps(simd::load_scales8(r.f32, r.e8m0), _mm256_set1_ps(256.0f));
       src[i] = &w.codes[packed_code_offset(t + i, kb, nkb, bk, kTile)];
     }
     for (int64_t r = 0; r < m; ++r) {
@@ -161,13 +162,19 @@ STRATA_AVX512 inline __attribute__((always_inline)) void prefetch_ahead(const Pa
     _mm_prefetch(c + off, _MM_HINT_T0);
 }
 // The group's 64 row scales of one K block, times `fold`.
-STRATA_AVX512 inline __attribute__((always_inline)) void load_scales(const float* sc, __m512 fold,
-                                                                     __m512* s0, __m512* s1,
-                                                                     __m512* s2, __m512* s3) {
-  *s0 = _mm512_mul_ps(_mm512_loadu_ps(sc), fold);
-  *s1 = _mm512_mul_ps(_mm512_loadu_ps(sc + 16), fold);
-  *s2 = _mm512_mul_ps(_mm512_loadu_ps(sc + 32), fold);
-  *s3 = _mm512_mul_ps(_mm512_loadu_ps(sc + 48), fold);
+STRATA_AVX512 inline __attribute__((always_inline)) __m512 scales16(const detail::ScaleRef& r,
+                                                                    int i) {
+  return simd::load_scales16(r.f32 != nullptr ? r.f32 + i : nullptr,
+                             r.e8m0 != nullptr ? r.e8m0 + i : nullptr);
+}
+STRATA_AVX512 inline __attribute__((always_inline)) void load_scales(const detail::ScaleRef& sc,
+                                                                     __m512 fold, __m512* s0,
+                                                                     __m512* s1, __m512* s2,
+                                                                     __m512* s3) {
+  *s0 = _mm512_mul_ps(scales16(sc, 0), fold);
+  *s1 = _mm512_mul_ps(scales16(sc, 16), fold);
+  *s2 = _mm512_mul_ps(scales16(sc, 32), fold);
+  *s3 = _mm512_mul_ps(scales16(sc, 48), fold);
 }
 
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
@@ -177,7 +184,7 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   const __m512 fold = _mm512_set1_ps(256.0f);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
     prefetch_ahead(w, t, kb);
     __m512 s0, s1, s2, s3;
     load_scales(sc, fold, &s0, &s1, &s2, &s3);
@@ -221,9 +228,9 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
   const __m512 fold = _mm512_set1_ps(std::ldexp(1.0f, 120));
   const __m512 limit = _mm512_set1_ps(128.0f);
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
     for (int i = 0; i < 64; i += 16)
-      if (_mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(sc + i)), limit, _CMP_LT_OQ) != 0xFFFF)
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(scales16(sc, i)), limit, _CMP_LT_OQ) != 0xFFFF)
         return false;
   }
   const simd::Fp8Tables& T = simd::fp8_tables();
@@ -235,7 +242,7 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
   Acc64 A{z, z, z, z, z, z, z, z};
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    const float* sc = &w.scales[packed_scale_offset(t, kb, nkb)];
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
     prefetch_ahead(w, t, kb);
     __m512 s0, s1, s2, s3;
     load_scales(sc, fold, &s0, &s1, &s2, &s3);

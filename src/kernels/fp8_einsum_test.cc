@@ -44,7 +44,9 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   std::vector<float> x(M * ldx);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = bf16(nd(rng));
-  PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
+  for (const PackedScales form : {PackedScales::kAuto, PackedScales::kF32}) {
+  PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B}, form);
+  ASSERT_EQ(p.scales_e8m0.empty(), form == PackedScales::kF32);
   ThreadPool pool(2);
   for (auto [nb, ne] : {std::pair<int64_t, int64_t>{0, 144}, {64, 128}, {8, 40}, {16, 21}}) {
     std::vector<float> want(M * ldy, -7.0f);
@@ -69,11 +71,13 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
             fp8_dequant_gemm_f64(x.data(), m, ldx, p, nb, ne, y.data(), ldy, tp);
             EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
                 << "rows [" << nb << "," << ne << ") isa " << isa_name(active_isa())
-                << " mode " << mode << " m " << m << " big scale " << big_scale;
+                << " mode " << mode << " m " << m << " big scale " << big_scale
+                << " f32 scales " << (form == PackedScales::kF32);
           }
       }
       force_isa(old);
     }
+  }
   }
   }
 }

@@ -20,6 +20,19 @@
 namespace strata::kernels::simd {
 namespace {
 
+// Packed weight scales as f32 lanes: either f32 values, or UE8M0 bytes in 1..254 widened to
+// the f32 bits b << 23 (exact; block_gemm.h "packed layouts"). Exactly one pointer is set.
+STRATA_TARGET_F16C inline __m256 load_scales8(const float* f32, const uint8_t* e8m0) {
+  if (f32 != nullptr) return _mm256_loadu_ps(f32);
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e8m0));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 23));
+}
+STRATA_TARGET_AVX512 inline __m512 load_scales16(const float* f32, const uint8_t* e8m0) {
+  if (f32 != nullptr) return _mm512_loadu_ps(f32);
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e8m0));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23));
+}
+
 // E4M3 -> f32 via binary16: the E4M3 bits placed as (sign << 15) | (exp_mant << 7) form a
 // half whose value is exactly 2^-8 times the E4M3 value (subnormals included); F16C widens
 // it exactly. The AVX2 kernels keep this 2^-8 factor in the decoded weights and fold 256

@@ -10,9 +10,7 @@
 namespace strata {
 
 int64_t V41PackedLinear::bytes() const {
-  return static_cast<int64_t>(fp8.codes.size() + fp8.scales.size() * 4 + fp4.codes.size() +
-                              fp4.scales.size() * 4) +
-         seq.bytes();
+  return fp8.bytes() + fp4.bytes() + seq.bytes();
 }
 
 namespace {

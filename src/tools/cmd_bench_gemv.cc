@@ -13,7 +13,8 @@
 // It reports GB/s of checkpoint bytes (tools/bench_gemv_bytes.h), weights/s, and the
 // fraction of the streaming read bandwidth (kernels::measure_read_bandwidth) measured in
 // the same run with the same thread pool, right before that format's passes. Resident
-// bytes (the packed in-memory layout, which widens scales to f32 per row) are reported too.
+// bytes (the packed in-memory layout: scales as one UE8M0 byte per row per K block, or f32
+// with --packed-scales f32, the earlier layout) are reported too.
 // --avx512 on|off switches the AVX-512 decode paths (kernels::set_avx512_enabled; default:
 // as the process started, see kernels/cpu_features.h) and --avx512-ext on|off their
 // VBMI/BF16/GFNI extension paths (kernels::set_avx512_ext_enabled), so they can be compared.
@@ -52,6 +53,7 @@ struct BenchGemvCli {
   int64_t bw_mib = 1024;
   std::string avx512;  // "on" / "off"; empty: as started (STRATA_AVX512 env, default on)
   std::string ext;     // "on" / "off"; empty: as started (STRATA_AVX512_EXT env, default on)
+  std::string scales = "e8m0";  // packed scale form: "e8m0" (PackedScales::kAuto) or "f32"
   std::vector<std::string> formats = {"fp8", "fp4", "bf16", "f64-einsum"};
   uint64_t seed = 1;
   bool json = false;
@@ -150,6 +152,8 @@ int run_bench_gemv(const BenchGemvCli& o) {
                            : kernels::avx512_ext_active() ? "avx512 + extensions (vbmi, bf16, gfni)"
                                                           : "avx512";
 
+  const kernels::PackedScales form =
+      o.scales == "f32" ? kernels::PackedScales::kF32 : kernels::PackedScales::kAuto;
   ThreadPool pool(o.threads);
   const int threads = pool.num_threads();
   // Measured once up front and again right before each format's passes (the fractions use
@@ -190,8 +194,8 @@ int run_bench_gemv(const BenchGemvCli& o) {
       raw.n = n;
       raw.k = k;
       raw.block_n = raw.block_k = 32;
-      w8.push_back(kernels::pack_fp8_weight(raw));
-      resident += static_cast<int64_t>(w8.back().codes.size() + 4 * w8.back().scales.size());
+      w8.push_back(kernels::pack_fp8_weight(raw, form));
+      resident += w8.back().bytes();
     }
     codes = {};
     scales = {};
@@ -225,8 +229,8 @@ int run_bench_gemv(const BenchGemvCli& o) {
       raw.n = n;
       raw.k = k;
       raw.group = 32;
-      w4.push_back(kernels::pack_fp4_weight(raw));
-      resident += static_cast<int64_t>(w4.back().codes.size() + 4 * w4.back().scales.size());
+      w4.push_back(kernels::pack_fp4_weight(raw, form));
+      resident += w4.back().bytes();
     }
     codes = {};
     scales = {};
@@ -266,6 +270,7 @@ int run_bench_gemv(const BenchGemvCli& o) {
                         {"avx512_active", use512},
                         {"avx512_ext_active", kernels::avx512_ext_active()},
                         {"path", path},
+                        {"packed_scales", o.scales},
                         {"read_bandwidth_gbs", bw / 1e9},
                         {"m", m},
                         {"n", n},
@@ -303,8 +308,9 @@ int run_bench_gemv(const BenchGemvCli& o) {
   fmt::print("read bandwidth {:.2f} GB/s at start (streaming read of {} MiB, same threads; "
              "remeasured before each format: BW column)\n",
              bw / 1e9, o.bw_mib);
-  fmt::print("shape          M={} N={} K={}; best (median) of {} passes after a warm-up\n", m, n,
-             k, o.repeats);
+  fmt::print("shape          M={} N={} K={}; best (median) of {} passes after a warm-up; packed "
+             "scales: {}\n",
+             m, n, k, o.repeats, o.scales);
   fmt::print("{:<11} {:>4} {:>9} {:>7} {:>16} {:>10} {:>16} {:>14}\n", "format", "mats",
              "ckpt MiB", "BW GB/s", "ckpt GB/s", "Gweight/s", "of roofline", "resident GB/s");
   for (const auto& r : results) {
@@ -352,6 +358,10 @@ void setup_bench_gemv(CLI::App& app) {
                   "AVX-512 extension paths (VBMI/BF16/GFNI) on|off (default: as started, "
                   "STRATA_AVX512_EXT=0 is off)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--packed-scales", o->scales,
+                  "Scale form of the packed fp8/fp4 layouts: e8m0 (1 byte, the default) or f32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"e8m0", "f32"}));
   cmd->add_option("--format", o->formats, "Formats to run: fp8 fp4 bf16 f64-einsum")
       ->delimiter(',')
       ->capture_default_str();
