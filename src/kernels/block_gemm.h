@@ -110,7 +110,7 @@ void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_
 // UE8M0 and every byte is in 1..254 (a normal f32 power of two: the kernels widen a byte b to
 // the f32 bits b << 23), else as f32 (scales). At 32-wide K blocks this is 1/32 byte per
 // weight instead of 1/8: FP8 weights take 1.03 bytes instead of 1.125, FP4 0.53 instead of
-// 0.625. Use packed_codes / packed_scales for addressing. Weights stay 1 byte (FP8) or
+// 0.625. Use packed_code_offset / packed_scale_offset for addressing. Weights stay 1 byte (FP8) or
 // 1/2 byte (FP4) per element: nothing is expanded to f32 in memory. Results are
 // bit-identical to the unpacked kernels, with either scale form.
 inline constexpr int kPackGroup = 8;
@@ -145,6 +145,9 @@ inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t bl
 inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
   return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * 8;
 }
+// Pack once at load (O(N·K), single-threaded; the result is read-only and shareable across
+// threads). bytes() is the resident size. Errors: STRATA_CHECK on the shape rules above
+// (FP8: block_k % 8 == 0, K % block_k == 0; FP4: group 32, K % 32 == 0).
 PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form = PackedScales::kAuto);
 PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form = PackedScales::kAuto);
 void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,
