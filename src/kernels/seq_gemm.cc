@@ -236,10 +236,16 @@ void seq_gemm_packed(const float* x, int64_t m, const PackedSeqWeight& w, float*
   STRATA_CHECK(m >= 0 && w.n > 0 && w.k > 0);
   if (m == 0) return;
   const int64_t tiles = (w.n + kTile - 1) / kTile;
-  // Below ~256K multiply-adds a pool dispatch (several us) costs more than it saves.
-  const bool small = m * w.n * w.k < (int64_t{1} << 18);
-  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2 * kGroup || small) {
+  // Below ~256K multiply-adds and 256 KiB of weights a pool dispatch (several us) costs more
+  // than it saves. (A few rows over a long K, like the mHC mixes' 24 x 8192 f32, are few
+  // multiply-adds but 768 KiB to stream: they are split too.)
+  const bool small = m * w.n * w.k < (int64_t{1} << 18) && w.bytes() < (int64_t{256} << 10);
+  if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2 || small) {
     run_tiles(x, m, w, y, 0, tiles);
+    return;
+  }
+  if (tiles < 2 * kGroup) {  // too few for whole groups per thread: split single tiles
+    pool->parallel_for(tiles, [&](int64_t t0, int64_t t1) { run_tiles(x, m, w, y, t0, t1); });
     return;
   }
   // Ranges start on group boundaries so every thread runs whole 4-tile groups.

@@ -102,6 +102,37 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
   }
 }
 
+TEST(SeqGemm, FewRowsLongKSplitOverTilesBitExact) {
+  // Like the mHC mixes (24 x 8192 f32): few multiply-adds but >= 256 KiB of weights, so the
+  // rows are split over the pool in single tiles; the bits must not change.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool2(2), pool3(3);
+  for (int64_t n : {12, 24}) {
+    const int64_t k = 8192;
+    std::vector<float> w(n * k), x(2 * k);
+    for (auto& v : w) v = nd(rng);
+    for (auto& v : x) v = nd(rng) * 4.0f;
+    PackedSeqWeight p = pack_seq_weight_f32(w.data(), n, k);
+    ASSERT_GE(p.bytes(), int64_t{256} << 10);
+    for (int64_t m : {1, 2}) {
+      std::vector<float> want(m * n);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] = seq_dot(&x[r * k], &w[c * k], k);
+      for (int mode : {0, 1, 2}) {
+        IsaGuard g(mode == 0 ? Isa::kScalar : Isa::kAvx2);
+        set_avx512_enabled(mode == 2);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+          std::vector<float> y(m * n, NAN);
+          seq_gemm_packed(x.data(), m, p, y.data(), pool);
+          ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+              << "n=" << n << " m=" << m << " mode=" << mode;
+        }
+      }
+    }
+  }
+}
+
 TEST(SeqGemm, RowAloneEqualsRowInBatch) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
