@@ -129,9 +129,6 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
                    "layer {}: {} index keys < {}", L, krows, (c.s0 + S) / m);
   // Keys any query of the call can see: g < min(krows, (s0+S)/m).
   const int64_t nkeys = std::min<int64_t>(krows, (c.s0 + S) / m);
-  std::vector<float> keys(nkeys * id);
-  c.seq->read_index_keys(kowner, 0, nkeys, keys.data());
-  const std::vector<float> zero_key(id, 0.0f);
   const bool cand_src = ls.is_candidate_source;
   const bool use_cand = ls.uses_candidates;
   if (cand_src) c.candidates[L].assign(S * clen, 0);
@@ -140,31 +137,54 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
 
   const int64_t k = std::min<int64_t>(config_.index_topk, clen);
   out.width = k;
-  std::vector<float> score(clen);
   const int64_t bs = config_.candidate_block_size;
-  std::vector<double> qT(id * ih), dots(ih);
-  for (int64_t i = 0; i < S; ++i) {
-    const int64_t p = c.s0 + i;
-    const int64_t vis = (p + 1) / m;
-    // q of this token transposed to [id][ih] in f64: the per-key dot products of all heads
-    // run as one vector of heads (v41::index_dots), each head in its sequential j order.
+  // q transposed to [S][id][ih] in f64: the per-key dot products of all heads run as one
+  // vector of heads (v41::index_dots_keys), each head in its sequential j order.
+  std::vector<double> qT(S * id * ih);
+  for (int64_t i = 0; i < S; ++i)
     for (int64_t j = 0; j < id; ++j)
-      for (int64_t h = 0; h < ih; ++h) qT[j * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
-    for (int64_t g = 0; g < clen; ++g) {
-      if (g >= vis) {
-        score[g] = kNegInf;
-        continue;
+      for (int64_t h = 0; h < ih; ++h)
+        qT[(i * id + j) * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
+  // scores [S][clen]: every (token, key) score is independent of the others, so key ranges
+  // run in parallel (reading and decoding their own keys) with the same bits at any split.
+  std::vector<float> scores(S * clen);
+  auto score_keys = [&](int64_t g0, int64_t g1) {
+    const int64_t nk = std::max<int64_t>(0, std::min(g1, nkeys) - g0);
+    std::vector<float> keys(nk * id);
+    c.seq->read_index_keys(kowner, g0, nk, keys.data());
+    std::vector<const float*> kp(g1 - g0);
+    for (int64_t g = g0; g < g1; ++g) kp[g - g0] = g < nkeys ? &keys[(g - g0) * id] : nullptr;
+    std::vector<double> dots((g1 - g0) * ih);
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t vis = (c.s0 + i + 1) / m;
+      const int64_t e = std::min(g1, vis);
+      if (e > g0) v41::index_dots_keys(&qT[i * id * ih], kp.data(), e - g0, id, ih, dots.data());
+      float* score = &scores[i * clen];
+      for (int64_t g = g0; g < g1; ++g) {
+        if (g >= vis) {
+          score[g] = kNegInf;
+          continue;
+        }
+        const double* dg = &dots[(g - g0) * ih];
+        float acc = 0.0f;
+        for (int64_t h = 0; h < ih; ++h) {
+          float dv = round_to_bf16(static_cast<float>(dg[h]));
+          dv = std::max(dv, 0.0f);
+          acc += round_to_bf16(dv * w[i * ih + h]);
+        }
+        score[g] = round_to_bf16(acc);
       }
-      const float* kr = g < nkeys ? &keys[g * id] : zero_key.data();
-      v41::index_dots(qT.data(), kr, id, ih, dots.data());
-      float acc = 0.0f;
-      for (int64_t h = 0; h < ih; ++h) {
-        float dv = round_to_bf16(static_cast<float>(dots[h]));
-        dv = std::max(dv, 0.0f);
-        acc += round_to_bf16(dv * w[i * ih + h]);
-      }
-      score[g] = round_to_bf16(acc);
     }
+  };
+  // ~64 keys x 16 heads x 128 dims per range at least: below that a dispatch costs more.
+  if (pool_ != nullptr) {
+    pool_->parallel_for(clen, score_keys, std::max<int64_t>(64, 4096 / std::max<int64_t>(1, S)));
+  } else {
+    score_keys(0, clen);
+  }
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t vis = (c.s0 + i + 1) / m;
+    float* score = &scores[i * clen];
     if (cand_src) {
       // Level one: block score = max over the block; the block holding the newest visible
       // position is pinned; keep the top blocks that are not -inf.
@@ -185,7 +205,7 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
       for (int64_t g = 0; g < clen; ++g)
         if (!cm[g]) score[g] = kNegInf;
     }
-    std::vector<int32_t> sel = topk_ascending(score.data(), clen, k, false);
+    std::vector<int32_t> sel = topk_ascending(score, clen, k, false);
     std::vector<int32_t>& row = out.rows[i];
     for (int32_t g : sel)
       if (g < vis) row.push_back(g);

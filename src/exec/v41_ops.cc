@@ -566,6 +566,60 @@ void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, 
 }
 
 namespace {
+// 4 keys x 16 heads (two zmm of f64 per key): 8 FMA chains, each sequential over j.
+__attribute__((target("avx512f,avx2,fma"))) void index_dots4x16_avx512(
+    const double* qT, const float* const* k, int64_t d, int64_t nh, int64_t h, double* out) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, e0 = a0, e1 = a0;
+  for (int64_t j = 0; j < d; ++j) {
+    const __m512d q0 = _mm512_loadu_pd(qT + j * nh + h), q1 = _mm512_loadu_pd(qT + j * nh + h + 8);
+    const __m512d k0 = _mm512_set1_pd(static_cast<double>(k[0][j]));
+    const __m512d k1 = _mm512_set1_pd(static_cast<double>(k[1][j]));
+    const __m512d k2 = _mm512_set1_pd(static_cast<double>(k[2][j]));
+    const __m512d k3 = _mm512_set1_pd(static_cast<double>(k[3][j]));
+    a0 = _mm512_fmadd_pd(q0, k0, a0);
+    a1 = _mm512_fmadd_pd(q1, k0, a1);
+    b0 = _mm512_fmadd_pd(q0, k1, b0);
+    b1 = _mm512_fmadd_pd(q1, k1, b1);
+    c0 = _mm512_fmadd_pd(q0, k2, c0);
+    c1 = _mm512_fmadd_pd(q1, k2, c1);
+    e0 = _mm512_fmadd_pd(q0, k3, e0);
+    e1 = _mm512_fmadd_pd(q1, k3, e1);
+  }
+  _mm512_storeu_pd(out + h, a0);
+  _mm512_storeu_pd(out + h + 8, a1);
+  _mm512_storeu_pd(out + nh + h, b0);
+  _mm512_storeu_pd(out + nh + h + 8, b1);
+  _mm512_storeu_pd(out + 2 * nh + h, c0);
+  _mm512_storeu_pd(out + 2 * nh + h + 8, c1);
+  _mm512_storeu_pd(out + 3 * nh + h, e0);
+  _mm512_storeu_pd(out + 3 * nh + h + 8, e1);
+}
+}  // namespace
+
+void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys, int64_t d,
+                     int64_t n_heads, double* out) {
+  static const std::vector<float> zeros(1 << 12, 0.0f);
+  STRATA_CHECK(d <= static_cast<int64_t>(zeros.size()));
+  int64_t r = 0;
+  const int64_t h16 = n_heads / 16 * 16;
+  if (kernels::avx512_active() && h16 > 0) {
+    for (; r + 4 <= n_keys; r += 4) {
+      const float* k[4];
+      for (int i = 0; i < 4; ++i) k[i] = keys[r + i] ? keys[r + i] : zeros.data();
+      for (int64_t h = 0; h < h16; h += 16) index_dots4x16_avx512(qT, k, d, n_heads, h, out + r * n_heads);
+      if (h16 < n_heads) {  // ragged heads: the one-key path for all heads (same bits)
+        std::vector<double> tmp(n_heads);
+        for (int i = 0; i < 4; ++i) {
+          index_dots(qT, k[i], d, n_heads, tmp.data());
+          std::copy(tmp.begin() + h16, tmp.end(), out + (r + i) * n_heads + h16);
+        }
+      }
+    }
+  }
+  for (; r < n_keys; ++r) index_dots(qT, keys[r] ? keys[r] : zeros.data(), d, n_heads, out + r * n_heads);
+}
+
+namespace {
 // 16 heads per zmm (masked for a ragged head count), 4 rows at a time: one FMA chain per
 // (row, head), sequential over i: the same bits as qk_heads_avx2 and the scalar loop.
 #pragma GCC diagnostic push

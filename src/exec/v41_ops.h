@@ -114,6 +114,12 @@ void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, 
 // exact, so the fused and unfused steps agree). Vectorized over heads: same bits as the
 // scalar loop. qT: [d][n_heads] f64, key: [d] f32, out: [n_heads] f64.
 void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, double* out);
+// index_dots for n_keys keys at once: out[r * n_heads + h] for keys[r] (each [d] f32; a null
+// key counts as all zeros). Same bits as n_keys index_dots calls; on AVX-512 CPUs 4 keys run
+// together (8 independent f64 FMA chains at 16 heads instead of 2: the single-key loop is
+// bound by FMA latency). Thread safety: pure.
+void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys, int64_t d,
+                     int64_t n_heads, double* out);
 
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);

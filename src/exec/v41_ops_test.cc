@@ -41,6 +41,41 @@ TEST(V41Ops, IndexDotsMatchSequentialF64Loop) {
   }
 }
 
+TEST(V41Ops, IndexDotsKeysMatchOneKeyCalls) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  const int64_t d = 128;
+  for (int64_t nh : {4, 16, 19, 32}) {
+    std::vector<double> qT(d * nh);
+    for (auto& v : qT) v = static_cast<double>(nd(rng)) * std::ldexp(1.0, static_cast<int>(rng() % 40) - 20);
+    for (int64_t nk : {1, 3, 4, 5, 9}) {
+      std::vector<float> kv(nk * d);
+      for (auto& v : kv) v = nd(rng);
+      std::vector<const float*> keys(nk);
+      for (int64_t r = 0; r < nk; ++r) keys[r] = (r % 4 == 2) ? nullptr : &kv[r * d];  // nulls: zero keys
+      const std::vector<float> zero(d, 0.0f);
+      std::vector<double> want(nk * nh);
+      for (int64_t r = 0; r < nk; ++r)
+        for (int64_t h = 0; h < nh; ++h) {  // the documented order, scalar
+          const float* k = keys[r] ? keys[r] : zero.data();
+          double acc = 0.0;
+          for (int64_t j = 0; j < d; ++j) acc = acc + qT[j * nh + h] * static_cast<double>(k[j]);
+          want[r * nh + h] = acc;
+        }
+      for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX-512 (4 keys x 16 heads)
+        const auto old = kernels::active_isa();
+        kernels::force_isa(mode == 0 ? kernels::Isa::kScalar : kernels::Isa::kAvx2);
+        kernels::set_avx512_enabled(mode == 2);
+        std::vector<double> got(nk * nh, -1.0);
+        index_dots_keys(qT.data(), keys.data(), nk, d, nh, got.data());
+        kernels::force_isa(old);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 8))
+            << "nh=" << nh << " keys=" << nk << " mode=" << mode;
+      }
+    }
+  }
+}
+
 // Scores: sequential fma over d per row; PV: sequential fma over the block's rows per
 // element. With two rows the softmax is easy to state by hand; compare ISAs bit for bit.
 TEST(V41Ops, SparseAttnHeadSameBitsAcrossIsa) {
