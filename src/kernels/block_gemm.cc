@@ -427,7 +427,9 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
   alignas(32) float sws[kGroup * kTile];
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
   const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
-  if (packed && a.m <= 4 && s.bk % 2 == 0 && avx512_active())
+  const bool use512 = avx512_active();
+  std::vector<float> panel32(use512 ? static_cast<size_t>(kGroup * bk * kTile) : 0);
+  if (packed && a.m <= 4 && s.bk % 2 == 0 && use512)
     n_begin = detail::gemm_cols_avx512(a, s, ext, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
@@ -450,7 +452,14 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
         fill_panel_avx2(s, g0 + g * kTile, kb, panels.data() + g * bk * kTile, sws + g * kTile,
                         rowbuf.data());
       }
-      accumulate_avx2(panels.data(), sws, ng, bk, a, kb, acc.data());
+      if (ng == kGroup && use512) {  // prefill: 16 rows per zmm over the interleaved panels
+        for (int k = 0; k < bk; ++k)
+          for (int g = 0; g < kGroup; ++g)
+            std::memcpy(&panel32[(k * kGroup + g) * kTile], &panels[(g * bk + k) * kTile], kTile * 4);
+        detail::accumulate_panel32_avx512(panel32.data(), sws, bk, a, kb, acc.data());
+      } else {
+        accumulate_avx2(panels.data(), sws, ng, bk, a, kb, acc.data());
+      }
     }
     for (int64_t m = 0; m < a.m; ++m)
       for (int g = 0; g < ng; ++g)

@@ -452,6 +452,55 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
   }
 }
 
+STRATA_AVX512 void accumulate_panel32_avx512(const float* panel32, const float* sws, int bk,
+                                             const QuantActs& a, int64_t kb, float* acc) {
+  const int64_t K = a.k, act_per = a.block / bk, ldsx = K / a.block;
+  const __m512 sw0 = _mm512_loadu_ps(sws), sw1 = _mm512_loadu_ps(sws + 16);
+  auto finish = [&](int64_t m, __m512 p0, __m512 p1)
+      __attribute__((always_inline, target("avx512f"))) {
+    const __m512 sx = _mm512_set1_ps(a.scales[m * ldsx + kb / act_per]);
+    float* ac = acc + m * 32;
+    _mm512_storeu_ps(ac, _mm512_add_ps(_mm512_loadu_ps(ac), _mm512_mul_ps(_mm512_mul_ps(p0, sx), sw0)));
+    _mm512_storeu_ps(ac + 16, _mm512_add_ps(_mm512_loadu_ps(ac + 16), _mm512_mul_ps(_mm512_mul_ps(p1, sx), sw1)));
+  };
+  int64_t m = 0;
+  for (; m + 4 <= a.m; m += 4) {  // 4 rows x 32 weight rows: 8 independent chains
+    const float* x0 = a.q + m * K + kb * bk;
+    const float* x1 = x0 + K;
+    const float* x2 = x1 + K;
+    const float* x3 = x2 + K;
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a0 = z, a1 = z, b0 = z, b1 = z, c0 = z, c1 = z, d0 = z, d1 = z;
+    for (int k = 0; k < bk; ++k) {
+      const __m512 w0 = _mm512_loadu_ps(panel32 + k * 32), w1 = _mm512_loadu_ps(panel32 + k * 32 + 16);
+      const __m512 xa = _mm512_set1_ps(x0[k]), xb = _mm512_set1_ps(x1[k]);
+      const __m512 xc = _mm512_set1_ps(x2[k]), xd = _mm512_set1_ps(x3[k]);
+      a0 = _mm512_fmadd_ps(xa, w0, a0);
+      a1 = _mm512_fmadd_ps(xa, w1, a1);
+      b0 = _mm512_fmadd_ps(xb, w0, b0);
+      b1 = _mm512_fmadd_ps(xb, w1, b1);
+      c0 = _mm512_fmadd_ps(xc, w0, c0);
+      c1 = _mm512_fmadd_ps(xc, w1, c1);
+      d0 = _mm512_fmadd_ps(xd, w0, d0);
+      d1 = _mm512_fmadd_ps(xd, w1, d1);
+    }
+    finish(m, a0, a1);
+    finish(m + 1, b0, b1);
+    finish(m + 2, c0, c1);
+    finish(m + 3, d0, d1);
+  }
+  for (; m < a.m; ++m) {
+    const float* x0 = a.q + m * K + kb * bk;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (int k = 0; k < bk; ++k) {
+      const __m512 xa = _mm512_set1_ps(x0[k]);
+      a0 = _mm512_fmadd_ps(xa, _mm512_loadu_ps(panel32 + k * 32), a0);
+      a1 = _mm512_fmadd_ps(xa, _mm512_loadu_ps(panel32 + k * 32 + 16), a1);
+    }
+    finish(m, a0, a1);
+  }
+}
+
 int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,
                          OutRound out, int64_t n_begin, int64_t n_end) {
   constexpr int64_t kRowsPerGroup = kPackGroup * kTile;

@@ -87,6 +87,14 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d);
 int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,
                          OutRound out, int64_t n_begin, int64_t n_end);
 
+// Prefill (M > 4) over one group of 4 full tiles (32 rows) and K block kb, all M rows:
+//   acc[m][32] += ((Σ_k sequential fma x[m][kb·bk + k]·panel32[k][r]) · sx[m]) · sws[r]
+// panel32 [bk][32] (decoded weights, row r = tile·8 + lane), sws [32], acc [M][32]: the same
+// arithmetic per lane as the AVX2 panel path, 16 rows per zmm and 4 activation rows at a time.
+// Caller checks avx512_active().
+void accumulate_panel32_avx512(const float* panel32, const float* sws, int bk,
+                               const QuantActs& a, int64_t kb, float* acc);
+
 // True when every partial sum of Σ_k x[k]·w[k] over these 32 activations is exactly
 // representable in f32 for EVERY E2M1 weight vector w (so any summation order, including
 // the reference's sequential FMA chain, gives the same bits). x must be bf16-representable

@@ -138,7 +138,7 @@ std::vector<uint8_t> random_e4m3(Rand& r, size_t n) {
 
 TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 5, K = 128, N = 141;  // 2 whole packed groups of 64 rows + a ragged tile
+  const int64_t M = 9, K = 128, N = 141;  // 2 whole packed groups of 64 rows + a ragged tile
   for (int bk : {32, 128}) {
     const int bn = bk;
     auto x = r.bf16_normal(M * K, 2.0f);
@@ -156,8 +156,12 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
       for (int threads : {1, 3}) {
         ThreadPool pool(threads);
         std::vector<float> y(M * N, -1.0f);
-        fp8_gemm(a, W, y.data(), OutRound::kBf16, &pool);
-        for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i << " bk=" << bk;
+        for (bool e512 : {false, true}) {  // panel path: AVX2, then 16 rows per zmm
+          set_avx512_enabled(e512);
+          fp8_gemm(a, W, y.data(), OutRound::kBf16, &pool);
+          for (int64_t i = 0; i < M * N; ++i)
+            ASSERT_EQ(y[i], expect[i]) << "i=" << i << " bk=" << bk << " avx512=" << e512;
+        }
         // one row alone gives the same bits as inside the batch
         QuantActs a1{q.data() + 3 * K, s.data() + 3 * (K / bk), 1, K, bk};
         std::vector<float> y1(N);
@@ -191,7 +195,7 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
 
 TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 5, K = 256, N = 134;
+  const int64_t M = 9, K = 256, N = 134;
   for (int act_block : {32, 128}) {
     auto x = r.bf16_normal(M * K, 1.0f);
     auto w = r.bytes(N * K / 2, 0, 255);
@@ -207,8 +211,11 @@ TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
       for (int threads : {1, 2}) {
         ThreadPool pool(threads);
         std::vector<float> y(M * N, -1.0f);
-        fp4_gemm(a, W, y.data(), OutRound::kBf16, &pool);
-        for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i;
+        for (bool e512 : {false, true}) {
+          set_avx512_enabled(e512);
+          fp4_gemm(a, W, y.data(), OutRound::kBf16, &pool);
+          for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "i=" << i << " avx512=" << e512;
+        }
         // both scale forms of the packed layout (UE8M0 bytes, f32)
         for (PackedScales form : {PackedScales::kAuto, PackedScales::kF32}) {
         const PackedFp4Weight P = pack_fp4_weight(W, form);
