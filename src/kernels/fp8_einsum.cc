@@ -215,6 +215,67 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   }
 }
 
+// The same pass for several activation rows (prefill): each K block's 64 x bk weights are
+// decoded and scaled once into u [bk][64] f64 (the values group_pass512 computes per row),
+// then every row runs its 8 f64 FMA chains over them in the same k order: same bits, without
+// decoding the block again for every row.
+STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
+                                      const PackedFp8Weight& w, int64_t t, double* acc) {
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  const __m512 fold = _mm512_set1_ps(256.0f);
+  thread_local std::vector<double> ubuf;
+  ubuf.resize(static_cast<size_t>(bk * 64));
+  double* u = ubuf.data();
+  auto put = [](double* dst, __m512 a, __m512 b, __m512 c, __m512 d) STRATA_AVX512
+      __attribute__((always_inline)) {
+    _mm512_storeu_pd(dst, lo(a));
+    _mm512_storeu_pd(dst + 8, hi(a));
+    _mm512_storeu_pd(dst + 16, lo(b));
+    _mm512_storeu_pd(dst + 24, hi(b));
+    _mm512_storeu_pd(dst + 32, lo(c));
+    _mm512_storeu_pd(dst + 40, hi(c));
+    _mm512_storeu_pd(dst + 48, lo(d));
+    _mm512_storeu_pd(dst + 56, hi(d));
+  };
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
+    prefetch_ahead(w, t, kb);
+    __m512 s0, s1, s2, s3;
+    load_scales(sc, fold, &s0, &s1, &s2, &s3);
+    for (int64_t j = 0; j < bk; j += 2) {
+      const int64_t off = j * kTile;
+      __m512 u0, v0, u1, v1, u2, v2, u3, v3;  // pair c: u = k, v = k + 1
+      simd::decode_pair512<false>(base + off, base + blk + off, &u0, &v0);
+      simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
+      simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
+      simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
+      put(u + j * 64, _mm512_mul_ps(u0, s0), _mm512_mul_ps(u1, s1), _mm512_mul_ps(u2, s2),
+          _mm512_mul_ps(u3, s3));
+      put(u + (j + 1) * 64, _mm512_mul_ps(v0, s0), _mm512_mul_ps(v1, s1), _mm512_mul_ps(v2, s2),
+          _mm512_mul_ps(v3, s3));
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      double* ar = acc + r * 64;
+      Acc64 A = load_acc(ar);
+      const float* xr = x + r * ldx + kb * bk;
+      for (int64_t j = 0; j < bk; ++j) {
+        const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[j]));
+        const double* uj = u + j * 64;
+        A.a0 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj), A.a0);
+        A.a1 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 8), A.a1);
+        A.a2 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 16), A.a2);
+        A.a3 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 24), A.a3);
+        A.a4 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 32), A.a4);
+        A.a5 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 40), A.a5);
+        A.a6 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 48), A.a6);
+        A.a7 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 56), A.a7);
+      }
+      store_acc(ar, A);
+    }
+  }
+}
+
 // Same pass with the FP8 extension decode (simd::fp8_weights, CPUs with
 // kernels::avx512_ext_active()): weights decode to v·2^-120, and the per-row block scale is
 // applied as s·2^120, so u = fl32(v·s) exactly as above (v·2^-8 times s·256); the f64 FMAs
@@ -278,8 +339,11 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
   for (int64_t t = t0; t < t1;) {
     if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {
       std::fill(acc512.begin(), acc512.end(), 0.0);
-      if (!(m == 1 && ext && group_pass512_ext(x, ldx, w, t, acc512.data())))
+      if (m >= 2) {
+        group_pass512_rows(x, m, ldx, w, t, acc512.data());
+      } else if (!(ext && group_pass512_ext(x, ldx, w, t, acc512.data()))) {
         group_pass512(x, m, ldx, w, t, acc512.data());
+      }
       for (int i = 0; i < kPackGroup * kTile; ++i) {
         const int64_t n = t * kTile + i;
         if (n < n_begin || n >= n_end) continue;
