@@ -3,6 +3,8 @@
 // kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
 #include "exec/deepseek_v41_model.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "exec/v41_forward_ctx.h"
 #include "kernels/block_gemm.h"
+#include "kernels/cpu_features.h"
 #include "model/dtype.h"
 #include "model/tokenizer.h"
 
@@ -43,10 +46,47 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
   }
 }
 
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// bf16(v) for 16 lanes exactly as round_to_bf16: round to nearest even on the bits; NaN
+// lanes keep their top half with the quiet bit set.
+__attribute__((target("avx512f"), always_inline)) inline __m512 bf16_round16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i r = _mm512_and_si512(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                           _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                                            _mm512_set1_epi32(1)))),
+      _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  const __mmask16 nan = _mm512_cmp_epu32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000),
+      _MM_CMPINT_NLE);
+  const __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                     _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+// The loops below over d are vectorized 16 lanes at a time on AVX-512 CPUs with each lane's
+// operations in the scalar order (mul, then add, each rounded: the build has no FP
+// contraction), so both forms give the same bits.
+
 // y[s, d] = bf16(sum_c pre[s, c] * h[s, c, d])  (Block.hc_pre)
+__attribute__((target("avx512f"))) int64_t hc_pre_avx512(const float* h, const float* pre,
+                                                       int64_t i, int hc, int64_t D, float* y) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int c = 0; c < hc; ++c)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(pre[i * hc + c]),
+                                             _mm512_loadu_ps(h + (i * hc + c) * D + d)));
+    _mm512_storeu_ps(y + i * D + d, bf16_round16(acc));
+  }
+  return d;
+}
 void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y) {
+  const bool v512 = kernels::avx512_active();
   for (int64_t i = 0; i < S; ++i)
-    for (int64_t d = 0; d < D; ++d) {
+    for (int64_t d = v512 ? hc_pre_avx512(h, pre, i, hc, D, y) : 0; d < D; ++d) {
       float acc = 0.0f;
       for (int c = 0; c < hc; ++c) acc += pre[i * hc + c] * h[(i * hc + c) * D + d];
       y[i * D + d] = round_to_bf16(acc);
@@ -54,19 +94,39 @@ void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, floa
 }
 
 // h[s, j, d] <- bf16(post[j] * f[d] + sum_i comb[i, j] * h[s, i, d])  (Block.hc_post)
+__attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f, float pj, const float* cb,
+                                                        const float* res, int hc, int j,
+                                                        int64_t D, float* out) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < hc; ++i)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(cb[i * hc + j]),
+                                             _mm512_loadu_ps(res + i * D + d)));
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(pj), _mm512_loadu_ps(f + d)), acc);
+    _mm512_storeu_ps(out + d, bf16_round16(t));
+  }
+  return d;
+}
+#pragma GCC diagnostic pop
+
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
              float* h) {
+  const bool v512 = kernels::avx512_active();
   std::vector<float> res(hc * D);
   for (int64_t s = 0; s < S; ++s) {
     float* hs = h + s * hc * D;
     std::copy_n(hs, hc * D, res.data());
     const float* cb = comb + s * hc * hc;
-    for (int j = 0; j < hc; ++j)
-      for (int64_t d = 0; d < D; ++d) {
+    for (int j = 0; j < hc; ++j) {
+      const float pj = post[s * hc + j];
+      int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res.data(), hc, j, D, hs + j * D) : 0;
+      for (; d < D; ++d) {
         float acc = 0.0f;
         for (int i = 0; i < hc; ++i) acc += cb[i * hc + j] * res[i * D + d];
-        hs[j * D + d] = round_to_bf16(post[s * hc + j] * f[s * D + d] + acc);
+        hs[j * D + d] = round_to_bf16(pj * f[s * D + d] + acc);
       }
+    }
   }
 }
 
