@@ -4,6 +4,7 @@
 #include "kernels/quant_formats.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -165,6 +166,27 @@ TEST(QuantFormats, CodecsEqualQdqOnRandomRows) {
     fp4_ue8m0_dequantize(codes.data(), sc.data(), n, 32, y.data());
     fp4_ue8m0_qdq(ref.data(), n, 32);
     for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], ref[i]) << "fp4/ue8m0 " << i;
+  }
+}
+
+TEST(QuantFormats, Fp8DequantizeEveryCodeAndScaleBitExact) {
+  // 256 codes (NaN codes included) in blocks of 64, for scales across the UE8M0 range: the
+  // vector path (16 codes at a time) must give e4m3_decode(c) * s bit for bit, and fall back
+  // where it cannot (NaN codes, huge or NaN scales).
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>((c * 37) & 0xFF);  // a permutation
+  for (int e : {0, 1, 100, 120, 127, 135, 226, 227, 254, 255}) {
+    const std::vector<uint8_t> scales(4, static_cast<uint8_t>(e));
+    std::vector<float> got(256);
+    fp8_ue8m0_dequantize(codes.data(), scales.data(), 256, 64, got.data());
+    for (int i = 0; i < 256; ++i) {
+      const float want = e4m3_decode(codes[i]) * ue8m0_decode(static_cast<uint8_t>(e));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[i])) << "code " << int(codes[i]) << " e " << e;
+      } else {
+        EXPECT_EQ(std::memcmp(&got[i], &want, 4), 0) << "code " << int(codes[i]) << " e " << e;
+      }
+    }
   }
 }
 
