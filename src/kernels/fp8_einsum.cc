@@ -177,6 +177,29 @@ STRATA_AVX512 inline __attribute__((always_inline)) void load_scales(const detai
   *s3 = _mm512_mul_ps(scales16(sc, 48), fold);
 }
 
+// K indices k (u*) and k + 1 (v*) of a group's 64 rows (tile pairs 0-1, 2-3, 4-5, 6-7), decoded
+// from the block at `base` (+off = k·8) and times the row scales s0..s3: u = fl32(v·2^-8 · s·256).
+struct Scaled2 {
+  __m512 u0, u1, u2, u3, v0, v1, v2, v3;
+};
+STRATA_AVX512 inline __attribute__((always_inline)) Scaled2 decode_scaled2(
+    const uint8_t* base, int64_t off, int64_t blk, __m512 s0, __m512 s1, __m512 s2, __m512 s3) {
+  Scaled2 d;
+  simd::decode_pair512<false>(base + off, base + blk + off, &d.u0, &d.v0);
+  simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &d.u1, &d.v1);
+  simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &d.u2, &d.v2);
+  simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &d.u3, &d.v3);
+  d.u0 = _mm512_mul_ps(d.u0, s0);
+  d.u1 = _mm512_mul_ps(d.u1, s1);
+  d.u2 = _mm512_mul_ps(d.u2, s2);
+  d.u3 = _mm512_mul_ps(d.u3, s3);
+  d.v0 = _mm512_mul_ps(d.v0, s0);
+  d.v1 = _mm512_mul_ps(d.v1, s1);
+  d.v2 = _mm512_mul_ps(d.v2, s2);
+  d.v3 = _mm512_mul_ps(d.v3, s3);
+  return d;
+}
+
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
 STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                                  int64_t t, double* acc) {
@@ -193,22 +216,9 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
       Acc64 A = load_acc(ar);
       const float* xr = x + r * ldx + kb * bk;
       for (int64_t j = 0; j < bk; j += 2) {
-        const int64_t off = j * kTile;
-        __m512 u0, v0, u1, v1, u2, v2, u3, v3;  // pair c: u = k, v = k + 1
-        simd::decode_pair512<false>(base + off, base + blk + off, &u0, &v0);
-        simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
-        simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
-        simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
-        u0 = _mm512_mul_ps(u0, s0);
-        u1 = _mm512_mul_ps(u1, s1);
-        u2 = _mm512_mul_ps(u2, s2);
-        u3 = _mm512_mul_ps(u3, s3);
-        v0 = _mm512_mul_ps(v0, s0);
-        v1 = _mm512_mul_ps(v1, s1);
-        v2 = _mm512_mul_ps(v2, s2);
-        v3 = _mm512_mul_ps(v3, s3);
-        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j])), u0, u1, u2, u3);
-        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j + 1])), v0, v1, v2, v3);
+        const Scaled2 d = decode_scaled2(base, j * kTile, blk, s0, s1, s2, s3);
+        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j])), d.u0, d.u1, d.u2, d.u3);
+        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j + 1])), d.v0, d.v1, d.v2, d.v3);
       }
       store_acc(ar, A);
     }
@@ -244,16 +254,9 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
     __m512 s0, s1, s2, s3;
     load_scales(sc, fold, &s0, &s1, &s2, &s3);
     for (int64_t j = 0; j < bk; j += 2) {
-      const int64_t off = j * kTile;
-      __m512 u0, v0, u1, v1, u2, v2, u3, v3;  // pair c: u = k, v = k + 1
-      simd::decode_pair512<false>(base + off, base + blk + off, &u0, &v0);
-      simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &u1, &v1);
-      simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &u2, &v2);
-      simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &u3, &v3);
-      put(u + j * 64, _mm512_mul_ps(u0, s0), _mm512_mul_ps(u1, s1), _mm512_mul_ps(u2, s2),
-          _mm512_mul_ps(u3, s3));
-      put(u + (j + 1) * 64, _mm512_mul_ps(v0, s0), _mm512_mul_ps(v1, s1), _mm512_mul_ps(v2, s2),
-          _mm512_mul_ps(v3, s3));
+      const Scaled2 d = decode_scaled2(base, j * kTile, blk, s0, s1, s2, s3);
+      put(u + j * 64, d.u0, d.u1, d.u2, d.u3);
+      put(u + (j + 1) * 64, d.v0, d.v1, d.v2, d.v3);
     }
     for (int64_t r = 0; r < m; ++r) {
       double* ar = acc + r * 64;
