@@ -311,6 +311,10 @@ int run_bench_gemv(const BenchGemvCli& o) {
   fmt::print("shape          M={} N={} K={}; best (median) of {} passes after a warm-up; packed "
              "scales: {}\n",
              m, n, k, o.repeats, o.scales);
+  if (o.matrices == 0)
+    fmt::print("weights        --mib {} rounded up to whole [N, K] matrices (ckpt MiB column); "
+               "below the last-level cache the kernels read from cache, not memory\n",
+               o.mib);
   fmt::print("{:<11} {:>4} {:>9} {:>7} {:>16} {:>10} {:>16} {:>14}\n", "format", "mats",
              "ckpt MiB", "BW GB/s", "ckpt GB/s", "Gweight/s", "of roofline", "resident GB/s");
   for (const auto& r : results) {
