@@ -113,7 +113,12 @@ std::string GoldenCaseResult::summary() const {
       "{} L={}{}: {} rows {}/{} strict ({} bit-exact), max_abs_diff={:.6g}, argmax {}/{}", name,
       prompt_len, fragile ? " (fragile)" : "", passed ? "PASS" : "FAIL", rows_strict, rows_total,
       rows_exact, max_abs_diff, argmax_agree, argmax_checked);
-  if (divergence) s += ", route divergence at " + divergence->describe();
+  if (divergence) {
+    s += ", route divergence at " + divergence->describe();
+    s += fragile ? " (allowed: the case is fragile; rows from the divergence on are checked "
+                   "finite only)"
+                 : " (not allowed: the case is stable)";
+  }
   if (!error.empty()) s += ", " + error;
   return s;
 }
