@@ -177,6 +177,22 @@ STRATA_AVX512 inline __attribute__((always_inline)) void load_scales(const detai
   *s3 = _mm512_mul_ps(scales16(sc, 48), fold);
 }
 
+// K block kb of group t (tiles t..t+7): its codes, its 64 row scales times `fold`, and a
+// prefetch of the block 8 ahead.
+struct GroupBlock {
+  const uint8_t* base;
+  __m512 s0, s1, s2, s3;
+};
+STRATA_AVX512 inline __attribute__((always_inline)) GroupBlock group_block(
+    const PackedFp8Weight& w, int64_t t, int64_t kb, __m512 fold) {
+  const int64_t nkb = w.k / w.block_k;
+  GroupBlock g;
+  g.base = &w.codes[packed_code_offset(t, kb, nkb, w.block_k, kTile)];
+  prefetch_ahead(w, t, kb);
+  load_scales(detail::packed_scale_ref(w, t, kb, nkb), fold, &g.s0, &g.s1, &g.s2, &g.s3);
+  return g;
+}
+
 // K indices k (u*) and k + 1 (v*) of a group's 64 rows (tile pairs 0-1, 2-3, 4-5, 6-7), decoded
 // from the block at `base` (+off = k·8) and times the row scales s0..s3: u = fl32(v·2^-8 · s·256).
 struct Scaled2 {
@@ -206,11 +222,9 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
   const __m512 fold = _mm512_set1_ps(256.0f);
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    prefetch_ahead(w, t, kb);
-    __m512 s0, s1, s2, s3;
-    load_scales(sc, fold, &s0, &s1, &s2, &s3);
+    const GroupBlock gb = group_block(w, t, kb, fold);
+    const uint8_t* base = gb.base;
+    const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     for (int64_t r = 0; r < m; ++r) {
       double* ar = acc + r * 64;
       Acc64 A = load_acc(ar);
@@ -248,11 +262,9 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
     _mm512_storeu_pd(dst + 56, hi(d));
   };
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    prefetch_ahead(w, t, kb);
-    __m512 s0, s1, s2, s3;
-    load_scales(sc, fold, &s0, &s1, &s2, &s3);
+    const GroupBlock gb = group_block(w, t, kb, fold);
+    const uint8_t* base = gb.base;
+    const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     for (int64_t j = 0; j < bk; j += 2) {
       const Scaled2 d = decode_scaled2(base, j * kTile, blk, s0, s1, s2, s3);
       put(u + j * 64, d.u0, d.u1, d.u2, d.u3);
@@ -305,11 +317,9 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
   const __m512d z = _mm512_setzero_pd();
   Acc64 A{z, z, z, z, z, z, z, z};
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    prefetch_ahead(w, t, kb);
-    __m512 s0, s1, s2, s3;
-    load_scales(sc, fold, &s0, &s1, &s2, &s3);
+    const GroupBlock gb = group_block(w, t, kb, fold);
+    const uint8_t* base = gb.base;
+    const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     const float* xr = x + kb * bk;
     for (int64_t c = 0; c < bk; c += 4) {
       const uint8_t* q = base + c * kTile;
