@@ -428,7 +428,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
   const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
   const bool use512 = avx512_active();
-  std::vector<float> panel32(use512 ? static_cast<size_t>(kGroup * bk * kTile) : 0);
+  std::vector<float> panel32;  // sized on first use by the panel path (not in decode)
   if (packed && a.m <= 4 && s.bk % 2 == 0 && use512)
     n_begin = detail::gemm_cols_avx512(a, s, ext, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
@@ -453,6 +453,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
                         rowbuf.data());
       }
       if (ng == kGroup && use512) {  // prefill: 16 rows per zmm over the interleaved panels
+        panel32.resize(static_cast<size_t>(kGroup * bk * kTile));
         for (int k = 0; k < bk; ++k)
           for (int g = 0; g < kGroup; ++g)
             std::memcpy(&panel32[(k * kGroup + g) * kTile], &panels[(g * bk + k) * kTile], kTile * 4);
