@@ -140,9 +140,21 @@ class DeepseekV41Model {
   void compress(int layer, const float* x, Ctx& c, std::vector<float>* latent,
                 std::vector<int64_t>* latent_rows) const;
   void indexer(int layer, const float* x, const float* qr, Ctx& c) const;
+  // MoE (v41_moe.cc).
   void moe(int layer, const float* x, Ctx& c, float* out) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
               float* out) const;
+  // One expert applied to some rows of the MoE input x [S, dim].
+  struct ExpertCall {
+    const V41ExpertWeights* w = nullptr;
+    std::vector<int64_t> toks;     // rows of x, ascending
+    std::vector<float> rw;         // route weight per row (empty for the shared expert)
+    const float* route_w = nullptr;  // rw.data(), or null for the shared expert
+    float* out = nullptr;          // [toks.size(), dim]
+  };
+  // All calls as two batched GEMM dispatches; false (nothing written) when some weight is
+  // not packed as FP8/FP4.
+  bool experts_batched(const std::vector<ExpertCall>& calls, const float* x, int64_t S) const;
 
   DeepseekConfig config_;
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;

@@ -683,6 +683,75 @@ void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, Out
   run(a, src_of(w), y, out, pool);
 }
 
+void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool) {
+  const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
+  const bool use_ext = avx && avx512_active();
+  struct Prep {
+    Src s{Src::kFp8Packed};
+    ExtActs ext;
+    int64_t groups = 0;
+    double group_bytes = 0;  // weight bytes of one 64-row group
+  };
+  std::vector<Prep> prep(static_cast<size_t>(n_jobs));
+  double total = 0;
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    const PackedGemmJob& job = jobs[j];
+    STRATA_CHECK((job.fp8 != nullptr) != (job.fp4 != nullptr) && job.y != nullptr);
+    Prep& p = prep[j];
+    if (job.fp8 != nullptr) {
+      STRATA_CHECK(job.a.k == job.fp8->k && job.a.block == job.fp8->block_k);
+      p.s = src_of(*job.fp8);
+    } else {
+      check_fp4(job.a, job.fp4->k, 32);
+      p.s = src_of(*job.fp4);
+    }
+    if (use_ext) prepare_ext_acts(job.a, p.s, &p.ext);
+    p.groups = job.a.m > 0 ? (p.s.n + kPackGroup * kTile - 1) / (kPackGroup * kTile) : 0;
+    p.group_bytes = static_cast<double>(kPackGroup * kTile) * static_cast<double>(p.s.k) *
+                    (p.s.fp4() ? 0.5 : 1.0) * static_cast<double>(std::max<int64_t>(job.a.m, 1));
+    total += p.group_bytes * static_cast<double>(p.groups);
+  }
+  // Rows [g0·64, g1·64) of job j.
+  auto cols = [&](int64_t j, int64_t g0, int64_t g1) {
+    const PackedGemmJob& job = jobs[j];
+    const Prep& p = prep[j];
+    const ExtActs* e = use_ext ? &p.ext : nullptr;
+    run_cols(job.a, p.s, e, job.y, job.out, g0 * kPackGroup * kTile,
+             std::min(p.s.n, g1 * kPackGroup * kTile), avx);
+  };
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  if (threads <= 1 || total <= 0) {
+    for (int64_t j = 0; j < n_jobs; ++j)
+      if (prep[j].groups > 0) cols(j, 0, prep[j].groups);
+    return;
+  }
+  // Thread t takes the groups whose byte midpoint lies in [t, t+1) · total / threads, in
+  // job order: contiguous runs, and every group exactly once.
+  auto owner = [&](double mid) {
+    return std::min<int64_t>(threads - 1, static_cast<int64_t>(mid / total * threads));
+  };
+  pool->parallel_for(
+      threads,
+      [&](int64_t t0, int64_t t1) {
+        double pos = 0;
+        for (int64_t j = 0; j < n_jobs; ++j) {
+          const Prep& p = prep[j];
+          int64_t run0 = -1;
+          for (int64_t g = 0; g < p.groups; ++g, pos += p.group_bytes) {
+            const int64_t t = owner(pos + 0.5 * p.group_bytes);
+            const bool mine = t >= t0 && t < t1;
+            if (mine && run0 < 0) run0 = g;
+            if (!mine && run0 >= 0) {
+              cols(j, run0, g);
+              run0 = -1;
+            }
+          }
+          if (run0 >= 0) cols(j, run0, p.groups);
+        }
+      },
+      1);
+}
+
 namespace {
 struct QuantBuf {
   std::vector<float> q, s;

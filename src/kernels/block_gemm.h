@@ -154,6 +154,24 @@ void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, Out
                      ThreadPool* pool);
 void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, OutRound out,
                      ThreadPool* pool);
+// Several packed GEMMs in ONE pool dispatch (e.g. the w1/w3 GEMMs of every expert a token
+// routes to, then their w2 GEMMs): y_j = a_j · W_j^T for each job j, with exactly one of
+// fp8 / fp4 set (a_j.block = fp8->block_k, or a multiple of 32 for fp4; a_j.k = W_j.k).
+// The jobs' 64-row groups (kPackGroup tiles) are split into one contiguous run per thread,
+// balanced by weight bytes, so many small GEMMs cost one dispatch and no per-GEMM
+// imbalance. Every output is computed exactly as fp8_gemm_packed / fp4_gemm_packed computes
+// it (same per-row code path and order): bit-identical to calling those one job at a time,
+// for any thread count. Errors: STRATA_CHECK on the shape rules above. Thread safety: as
+// the single-GEMM calls; the jobs' outputs must not overlap.
+struct PackedGemmJob {
+  QuantActs a;
+  const PackedFp8Weight* fp8 = nullptr;
+  const PackedFp4Weight* fp4 = nullptr;
+  float* y = nullptr;  // [a.m, N]
+  OutRound out = OutRound::kBf16;
+};
+void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool);
+
 void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, float* y,
                        ThreadPool* pool);
 void linear_fp4_packed(const float* x, int64_t m, const PackedFp4Weight& w, int act_block,

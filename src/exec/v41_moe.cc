@@ -1,0 +1,259 @@
+// DeepseekV41Model::moe / expert: the V4.1 MoE (reference: model.py Gate / Expert / MoE;
+// spec §2.8): noaux_tc routing (score function, bias for the choice only, normalised top-k,
+// route scale), routed experts on the tokens that picked them, the shared expert on all
+// tokens, output bf16(Σ routed + shared).
+//
+// Execution: when every weight involved is packed for the kernels (the normal case), the
+// whole MoE of a call is two GEMM dispatches, not two per expert: the w1|w3 GEMMs of every
+// picked expert and of the shared expert together (kernels::gemm_packed_batch), then SwiGLU
+// per expert, then all their w2 GEMMs together. Each GEMM row is computed exactly as a
+// single GEMM computes it, the activations are quantized per row exactly as
+// linear_fp8_packed / linear_fp4_packed quantize them (act_quant is row-wise, so quantizing x
+// once and gathering rows gives the same values), and the experts' outputs are summed in the
+// same order: bit-identical to running expert() once per expert.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "exec/deepseek_v41_model.h"
+#include "exec/v41_forward_ctx.h"
+#include "kernels/act_quant.h"
+#include "kernels/block_gemm.h"
+
+namespace strata {
+
+namespace {
+
+// The reference's Expert activation on one row of I: h = bf16(route_w · (silu(g) · u)), with
+// the SwiGLU clamp (u to [-lim, lim], g to <= lim) when `clamp`.
+void swiglu_row(const float* g, const float* u, int64_t I, float lim, bool clamp,
+                const float* route_w, float* h) {
+  for (int64_t k = 0; k < I; ++k) {
+    float gv = g[k], uv = u[k];
+    if (clamp) {
+      uv = std::clamp(uv, -lim, lim);
+      gv = std::min(gv, lim);
+    }
+    float hv = (gv / (1.0f + v41::sleef_expf(0.0f - gv))) * uv;
+    if (route_w) hv = *route_w * hv;
+    h[k] = round_to_bf16(hv);
+  }
+}
+
+// A packed linear's kernel weight and activation block, or false when it is not packed as
+// FP8/FP4.
+bool packed_gemm(const V41PackedLinear* p, V41WeightKind kind, kernels::PackedGemmJob* job,
+                 int* block) {
+  if (p == nullptr) return false;
+  if (kind == V41WeightKind::kFp8) {
+    job->fp8 = &p->fp8;
+    *block = p->fp8.block_k;
+    return true;
+  }
+  if (kind == V41WeightKind::kFp4) {
+    job->fp4 = &p->fp4;
+    *block = 32;  // V4.1's FP4 activation block (linear_fp4_packed(.., 32, ..))
+    return true;
+  }
+  return false;
+}
+
+// Row-wise FP8 activation quantization (ue8m0 scales) of x [M, K] in blocks of `block`.
+struct QuantRows {
+  int block = 0;
+  int64_t k = 0;
+  std::vector<float> q, s;
+  void make(const float* x, int64_t m, int64_t kk, int blk) {
+    block = blk;
+    k = kk;
+    q.resize(static_cast<size_t>(m * kk));
+    s.resize(static_cast<size_t>(m * (kk / blk)));
+    kernels::act_quant_fp8(x, m, kk, blk, kernels::ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
+  }
+};
+
+}  // namespace
+
+void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t M,
+                              const float* route_w, float* out) const {
+  const int64_t I = w.w1.out;
+  std::vector<float> g(M * I), u(M * I);
+  if (w.w13_packed) {
+    // w1 and w3 stacked: one GEMM, rows [0, I) are w1's, [I, 2I) w3's (independent rows).
+    std::vector<float> y(M * 2 * I);
+    if (w.w1.kind == V41WeightKind::kFp4) {
+      kernels::linear_fp4_packed(x, M, w.w13_packed->fp4, 32, y.data(), pool_.get());
+    } else {
+      kernels::linear_fp8_packed(x, M, w.w13_packed->fp8, y.data(), pool_.get());
+    }
+    for (int64_t r = 0; r < M; ++r) {
+      std::copy_n(&y[r * 2 * I], I, &g[r * I]);
+      std::copy_n(&y[r * 2 * I + I], I, &u[r * I]);
+    }
+  } else {
+    v41::linear(x, M, w.w1, g.data(), pool_.get());
+    v41::linear(x, M, w.w3, u.data(), pool_.get());
+  }
+  const float lim = static_cast<float>(config_.swiglu_limit);
+  const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
+  for (int64_t r = 0; r < M; ++r)
+    swiglu_row(&g[r * I], &u[r * I], I, lim, clamp, route_w ? &route_w[r] : nullptr, &g[r * I]);
+  v41::linear(g.data(), M, w.w2, out, pool_.get());
+}
+
+bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, const float* x,
+                                       int64_t S) const {
+  const int64_t D = config_.dim;
+  const float lim = static_cast<float>(config_.swiglu_limit);
+  const size_t n = calls.size();
+  std::vector<kernels::PackedGemmJob> up(n), down(n);
+  std::vector<int> up_block(n), down_block(n);
+  for (size_t i = 0; i < n; ++i) {
+    const V41ExpertWeights& w = *calls[i].w;
+    if (!packed_gemm(w.w13_packed.get(), w.w1.kind, &up[i], &up_block[i]) ||
+        !packed_gemm(w.w2.packed.get(), w.w2.kind, &down[i], &down_block[i]) ||
+        w.w1.in != D || w.w2.out != D)
+      return false;
+  }
+  // x quantized once per activation block size in use; each call gathers its token rows.
+  std::vector<QuantRows> xq;
+  auto quantized_x = [&](int block) -> const QuantRows& {
+    for (const QuantRows& q : xq)
+      if (q.block == block) return q;
+    xq.emplace_back().make(x, S, D, block);
+    return xq.back();
+  };
+  std::vector<QuantRows> in(n), hq(n);
+  std::vector<std::vector<float>> y13(n), h(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ExpertCall& c = calls[i];
+    const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
+    const QuantRows& q = quantized_x(up_block[i]);
+    const int64_t nkb = D / q.block;
+    in[i].q.resize(static_cast<size_t>(m * D));
+    in[i].s.resize(static_cast<size_t>(m * nkb));
+    for (int64_t r = 0; r < m; ++r) {
+      std::copy_n(&q.q[c.toks[r] * D], D, &in[i].q[r * D]);
+      std::copy_n(&q.s[c.toks[r] * nkb], nkb, &in[i].s[r * nkb]);
+    }
+    y13[i].resize(static_cast<size_t>(m * 2 * I));
+    up[i].a = kernels::QuantActs{in[i].q.data(), in[i].s.data(), m, D, q.block};
+    up[i].y = y13[i].data();
+  }
+  kernels::gemm_packed_batch(up.data(), static_cast<int64_t>(n), pool_.get());
+  for (size_t i = 0; i < n; ++i) {
+    const ExpertCall& c = calls[i];
+    const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
+    const bool clamp = lim > 0 && (c.route_w != nullptr || config_.shared_expert_clamped);
+    h[i].resize(static_cast<size_t>(m * I));
+    auto rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        swiglu_row(&y13[i][r * 2 * I], &y13[i][r * 2 * I + I], I, lim, clamp,
+                   c.route_w ? &c.route_w[r] : nullptr, &h[i][r * I]);
+    };
+    if (pool_ && m * I >= (int64_t{1} << 16)) {
+      pool_->parallel_for(m, rows);
+    } else {
+      rows(0, m);
+    }
+    hq[i].make(h[i].data(), m, I, down_block[i]);
+    down[i].a = kernels::QuantActs{hq[i].q.data(), hq[i].s.data(), m, I, down_block[i]};
+    down[i].y = c.out;
+  }
+  kernels::gemm_packed_batch(down.data(), static_cast<int64_t>(n), pool_.get());
+  return true;
+}
+
+void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
+  const LayerSchedule& ls = config_.layers[L];
+  const V41MoeWeights& mw = weights_->layer(L).ffn;
+  const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
+  const int k = ls.n_activated_experts;
+  std::vector<float> logit(S * E);
+  v41::linear_f32(x, S, mw.gate_weight, E, D, logit.data(), mw.gate_packed.get(), pool_.get());
+  const float temp = static_cast<float>(config_.gate_temp);
+  const float* bias = mw.gate_bias.f32();
+  std::vector<std::vector<int32_t>> sel(S);
+  std::vector<std::vector<float>> wts(S);
+  for (int64_t i = 0; i < S; ++i) {
+    std::vector<float> sc(E), biased(E);
+    for (int64_t e = 0; e < E; ++e) {
+      float l = logit[i * E + e];
+      if (temp != 1.0f) l = l / temp;
+      float s;
+      if (config_.score_func == "softmax") {
+        s = l;  // normalised below
+      } else if (config_.score_func == "sigmoid") {
+        s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, (c.vbase + i) * E + e, c.vS * E));
+      } else {
+        s = std::sqrt(v41::torch_softplus_at(l, (c.vbase + i) * E + e, c.vS * E));
+      }
+      sc[e] = s;
+    }
+    if (config_.score_func == "softmax") {
+      float mx = *std::max_element(sc.begin(), sc.end());
+      float sum = 0;
+      for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
+      for (auto& v : sc) v = v / sum;
+    }
+    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
+    std::vector<int32_t> idx = v41::torch_topk(biased.data(), E, k, true);
+    std::vector<float> w(k);
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
+    if (config_.norm_topk_prob && k > 1)
+      for (int j = 0; j < k; ++j) w[j] = w[j] / (sum + 1e-20f);
+    const float rs = static_cast<float>(config_.route_scale);
+    for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
+    sel[i] = std::move(idx);
+    wts[i] = std::move(w);
+  }
+  if (c.routes) c.routes->moe[L] = sel;
+
+  // One call per routed expert some token picked (ascending expert id), then the shared one.
+  std::vector<ExpertCall> calls;
+  for (int64_t e = 0; e < E; ++e) {
+    ExpertCall call;
+    for (int64_t i = 0; i < S; ++i)
+      for (int j = 0; j < k; ++j)
+        if (sel[i][j] == e) {
+          call.toks.push_back(i);
+          call.rw.push_back(wts[i][j]);
+        }
+    if (call.toks.empty()) continue;
+    call.w = &mw.experts[e];
+    calls.push_back(std::move(call));
+  }
+  ExpertCall shared;
+  shared.w = &mw.shared;
+  for (int64_t i = 0; i < S; ++i) shared.toks.push_back(i);
+  calls.push_back(std::move(shared));
+  std::vector<std::vector<float>> eo(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    eo[i].resize(calls[i].toks.size() * D);
+    calls[i].out = eo[i].data();
+    calls[i].route_w = calls[i].rw.empty() ? nullptr : calls[i].rw.data();
+  }
+  if (!experts_batched(calls, x, S)) {
+    std::vector<float> xs;
+    for (ExpertCall& call : calls) {
+      const int64_t n = static_cast<int64_t>(call.toks.size());
+      xs.resize(n * D);
+      for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xs[r * D]);
+      expert(*call.w, xs.data(), n, call.route_w, call.out);
+    }
+  }
+
+  // Σ routed (ascending expert id, each token's rows in place), then + shared, bf16.
+  std::vector<float> y(S * D, 0.0f);
+  for (size_t i = 0; i + 1 < calls.size(); ++i) {
+    const ExpertCall& call = calls[i];
+    for (size_t r = 0; r < call.toks.size(); ++r)
+      for (int64_t d = 0; d < D; ++d) y[call.toks[r] * D + d] += eo[i][r * D + d];
+  }
+  const std::vector<float>& se = eo.back();
+  for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + se[i]);
+}
+
+}  // namespace strata
