@@ -3,6 +3,8 @@
 // encoder vs the value-rounding QDQ path).
 #include "kernels/quant_formats.h"
 
+#include "kernels/cpu_features.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -205,6 +207,39 @@ TEST(QuantFormats, QdqIsIdempotent) {
   b = a;
   fp4_e4m3_qdq(b.data(), 256, 16);
   EXPECT_EQ(a, b);
+}
+
+// FP4 dequantize: every byte (both nibbles) under E4M3 and UE8M0 scales (normal, subnormal,
+// negative, zero, NaN), on the scalar path and on the AVX2 path (8 values at a time, blocks
+// of 16 with an 8-wide tail and 32), equals e2m1_decode(nibble) * scale bit for bit.
+TEST(QuantFormats, Fp4DequantizeEveryCodeAndScaleBitExactOnEveryIsa) {
+  const int n = 768;  // a multiple of 16, 24 and 32; n / 2 >= 256 bytes
+  std::vector<uint8_t> packed(n / 2);
+  for (int c = 0; c < n / 2; ++c) packed[c] = static_cast<uint8_t>((c * 101 + 7) & 0xFF);
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+    kernels::force_isa(isa);
+    for (int sb : {0x00, 0x01, 0x07, 0x38, 0x77, 0x7E, 0x7F, 0x80, 0xB5, 0xFE}) {
+      for (int block : {16, 32, 24}) {
+        const std::vector<uint8_t> sc(n / block, static_cast<uint8_t>(sb));
+        std::vector<float> got(n);
+        fp4_e4m3_dequantize(packed.data(), sc.data(), n, block, got.data());
+        for (int i = 0; i < n; ++i) {
+          const uint8_t nib = (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
+          const float want = e2m1_decode(nib) * e4m3_decode(static_cast<uint8_t>(sb));
+          ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
+              << "e4m3 scale " << sb << " block " << block << " i " << i << " isa " << int(isa);
+        }
+        fp4_ue8m0_dequantize(packed.data(), sc.data(), n, block, got.data());
+        for (int i = 0; i < n; ++i) {
+          const uint8_t nib = (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
+          const float want = e2m1_decode(nib) * ue8m0_decode(static_cast<uint8_t>(sb));
+          ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
+              << "ue8m0 scale " << sb << " block " << block << " i " << i << " isa " << int(isa);
+        }
+      }
+    }
+  }
+  kernels::force_isa(kernels::Isa::kAvx2);
 }
 
 }  // namespace
