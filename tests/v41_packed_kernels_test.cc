@@ -20,6 +20,7 @@
 #include "base/check.h"
 #include "exec/deepseek_v41_model.h"
 #include "kernels/cpu_features.h"
+#include "deepseek_ab_run.h"
 #include "model/v41_random_checkpoint.h"
 
 namespace strata {
@@ -40,32 +41,9 @@ std::unique_ptr<DeepseekV41Model> load(bool scalar, int threads, std::string dir
   return std::move(r).value();
 }
 
-// Prompt of `n` ids in chunks of `chunk` (0 = whole), then `steps` decode steps; every
-// call's last-token logits concatenated.
 std::vector<float> run(const DeepseekV41Model& m, int64_t n, int64_t chunk, int steps) {
-  std::vector<int32_t> ids(n + steps);
-  uint32_t x = 99;
-  for (auto& t : ids) {
-    x = x * 1664525u + 1013904223u;
-    t = static_cast<int32_t>(3 + (x >> 8) % std::min<int64_t>(2000, m.config().vocab_size - 4));
-  }
-  auto seq = m.new_sequence();
-  std::vector<float> all, lg;
-  for (int64_t s0 = 0; s0 < n;) {
-    const int64_t len = chunk > 0 ? std::min(chunk, n - s0) : n;
-    V41ForwardOptions o;
-    o.prompt_len = n;
-    EXPECT_TRUE(m.forward(seq.get(), std::span<const int32_t>(ids.data() + s0, len), o, &lg).ok());
-    all.insert(all.end(), lg.begin(), lg.end());
-    s0 += len;
-  }
-  for (int i = 0; i < steps; ++i) {
-    V41ForwardOptions o;
-    o.decode_step = true;
-    EXPECT_TRUE(m.forward(seq.get(), std::span<const int32_t>(ids.data() + n + i, 1), o, &lg).ok());
-    all.insert(all.end(), lg.begin(), lg.end());
-  }
-  return all;
+  return testing_ab::run_prompt_then_decode<V41ForwardOptions>(m, n, chunk, steps, 99u,
+                                                   [](V41ForwardOptions& o) { o.decode_step = true; });
 }
 
 TEST(V41PackedKernels, BitIdenticalToScalarReference) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "exec/v4_forward_call.h"
 #include "exec/v4_ops.h"
 #include "model/dtype.h"
@@ -20,7 +21,9 @@ namespace strata {
 StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::string& dir,
                                                                  int64_t max_context,
                                                                  bool legacy_state,
-                                                                 int64_t state_max_tokens) {
+                                                                 int64_t state_max_tokens,
+                                                                 int threads,
+                                                                 bool scalar_reference) {
   std::unique_ptr<DeepseekV4Model> m(new DeepseekV4Model());
   STRATA_ASSIGN_OR_RETURN(m->config_, load_deepseek_config(dir));
   const DeepseekConfig& c = m->config_;
@@ -34,6 +37,8 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   if (c.dim % 32 != 0) return failed_precondition("dim {} must be a multiple of 32", c.dim);
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
+  if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
+  if (!scalar_reference) m->weights_->pack_for_kernels(m->pool_.get());
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerSchedule& ls = c.layers[l];
     m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,
@@ -62,8 +67,8 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
                              const float* route_w, bool clamp, float* out) const {
   const int64_t I = w.w1.out;
   std::vector<float> g(M * I), u(M * I);
-  v4::linear(x, M, w.w1, g.data());
-  v4::linear(x, M, w.w3, u.data());
+  v4::linear(x, M, w.w1, g.data(), pool_.get());
+  v4::linear(x, M, w.w3, u.data(), pool_.get());
   const float lim = static_cast<float>(config_.swiglu_limit);
   for (int64_t r = 0; r < M; ++r)
     for (int64_t k = 0; k < I; ++k) {
@@ -76,7 +81,7 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
       if (route_w) hv = route_w[r] * hv;
       g[r * I + k] = round_to_bf16(hv);
     }
-  v4::linear(g.data(), M, w.w2, out);
+  v4::linear(g.data(), M, w.w2, out, pool_.get());
 }
 
 void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
@@ -85,7 +90,7 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
   const int k = ls.n_activated_experts;
   std::vector<float> logit(S * E);
-  v4::linear_f32(x, S, mw.gate_weight, E, D, logit.data());
+  v4::linear_f32(x, S, mw.gate_weight, E, D, logit.data(), mw.gate_packed.get(), pool_.get());
   std::vector<std::vector<int32_t>> sel(S);
   std::vector<std::vector<float>> wts(S);
   std::vector<float> sc(E), biased(E);
@@ -208,7 +213,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     const V4BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vbase, c.vS, pre.data(), post.data(), comb.data());
+                 c.vbase, c.vS, pre.data(), post.data(), comb.data(), pool_.get());
     v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
     attention(L, xn.data(), c, f.data());
@@ -216,7 +221,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
 
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vbase, c.vS, pre.data(), post.data(), comb.data());
+                 c.vbase, c.vS, pre.data(), post.data(), comb.data(), pool_.get());
     v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
     moe(L, xn.data(), c, f.data());
@@ -231,10 +236,12 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   const int64_t V = cf.vocab_size;
   if (opt.all_logits) {
     logits->resize(S * V);
-    v4::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data());
+    v4::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data(), weights_->head_packed(),
+                   pool_.get());
   } else {
     logits->resize(V);
-    v4::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data());
+    v4::linear_f32(&xn[(S - 1) * D], 1, weights_->head(), V, D, logits->data(),
+                   weights_->head_packed(), pool_.get());
   }
   seq->end_call(S);
   return ok_status();

@@ -63,10 +63,16 @@ struct V4ForwardOptions {
 class DeepseekV4Model {
  public:
   // state_max_tokens: positions one new_sequence() can hold (0 = min(max_context, 32768)).
+  // threads: compute threads of the forward (GEMMs split over output features; results are
+  // identical for every count), 0 = all cores, 1 = the caller only. scalar_reference: keep
+  // the checkpoint layout and run the scalar loops instead of the repacked vector kernels
+  // (DeepseekV4Weights::pack_for_kernels); same results, for A/B checks.
   static StatusOr<std::unique_ptr<DeepseekV4Model>> load(const std::string& dir,
                                                          int64_t max_context = 0,
                                                          bool legacy_state = false,
-                                                         int64_t state_max_tokens = 0);
+                                                         int64_t state_max_tokens = 0,
+                                                         int threads = 1,
+                                                         bool scalar_reference = false);
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV4Weights& weights() const { return *weights_; }
@@ -112,6 +118,7 @@ class DeepseekV4Model {
   std::optional<StateGraph> state_graph_;
   int64_t state_max_tokens_ = 0;
   bool legacy_state_ = false;
+  std::unique_ptr<ThreadPool> pool_;  // null: single-threaded
 };
 
 }  // namespace strata

@@ -8,9 +8,10 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<DeepseekV4Runner>> DeepseekV4Runner::create(const std::string& dir,
-                                                                     std::string name) {
+                                                                     std::string name,
+                                                                     int threads) {
   std::unique_ptr<DeepseekV4Runner> r(new DeepseekV4Runner());
-  STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV4Model::load(dir));
+  STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV4Model::load(dir, 0, false, 0, threads));
   const DeepseekConfig& c = r->model_->config();
   if (name.empty()) name = std::filesystem::path(dir).filename().string();
   if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
@@ -80,8 +81,7 @@ StatusOr<GoldenStepOutput> DeepseekV4GoldenTarget::forward(std::span<const int32
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v4_golden_target(const std::string& dir,
                                                                        int threads) {
-  (void)threads;
-  STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV4Model::load(dir));
+  STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV4Model::load(dir, 0, false, 0, threads));
   return std::unique_ptr<GoldenTarget>(new DeepseekV4GoldenTarget(std::move(model)));
 }
 

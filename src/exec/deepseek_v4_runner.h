@@ -22,8 +22,10 @@ namespace strata {
 
 class DeepseekV4Runner : public ModelRunner {
  public:
+  // threads: compute threads of the forward (0 = all cores; results do not depend on it).
   static StatusOr<std::unique_ptr<DeepseekV4Runner>> create(const std::string& dir,
-                                                            std::string name = "");
+                                                            std::string name = "",
+                                                            int threads = 0);
   const ModelInfo& info() const override { return info_; }
   Status add_sequence(SeqId seq) override;
   void release_sequence(SeqId seq) override;

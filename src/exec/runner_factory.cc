@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
   if (arch == "DeepseekV4ForCausalLM" || arch == "deepseek_v4") {
-    STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV4Runner::create(dir, options.name));
+    STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV4Runner::create(dir, options.name, options.threads));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
   return unimplemented("{}: architecture '{}' is not supported", dir, arch);

@@ -26,8 +26,10 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "exec/v4_forward_call.h"
 #include "exec/v4_ops.h"
+#include "kernels/fp8_einsum.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -45,8 +47,8 @@ void DeepseekV4Model::compress(const V4CompressorWeights& cw, V4CompressorState&
   const int rd = config_.rope_head_dim;
   const int64_t rowoff = st.overlap ? m : 0;
   std::vector<float> a(S * C), z(S * C);
-  v4::linear_f32(x, S, cw.wkv, C, D, a.data());
-  v4::linear_f32(x, S, cw.wgate, C, D, z.data());
+  v4::linear_f32(x, S, cw.wkv, C, D, a.data(), cw.wkv_packed.get(), pool_.get());
+  v4::linear_f32(x, S, cw.wgate, C, D, z.data(), cw.wgate_packed.get(), pool_.get());
   const float* ape = cw.ape.f32();
   const int nslots = st.overlap ? 2 * m : m;
   std::vector<float> pooled(w), normed(w), sk(nslots), ss(nslots), e(nslots);
@@ -104,7 +106,7 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const int rd = config_.rope_head_dim;
   const v41::RopeTable& rope = rope_[L];
   std::vector<float> q(S * ih * id);
-  v4::linear(qr, S, iw.wq_b, q.data());
+  v4::linear(qr, S, iw.wq_b, q.data(), pool_.get());
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t h = 0; h < ih; ++h) {
       float* qh = &q[(i * ih + h) * id];
@@ -125,7 +127,7 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   std::vector<float> keys(nkeys * id);
   c.seq->read_index_keys(L, 0, nkeys, keys.data());
   std::vector<float> wt(S * ih);
-  v41::linear(x, S, iw.weights_proj, wt.data());
+  v41::linear(x, S, iw.weights_proj, wt.data(), pool_.get());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
                                           std::pow(static_cast<double>(ih), -0.5));
   for (auto& v : wt) v = round_to_bf16(v * wscale);
@@ -179,16 +181,16 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
 
   // Queries: q_norm(wq_a x) -> wq_b -> per-head rms (no weight) -> RoPE tail.
   std::vector<float> t(S * std::max(ql, hd)), qr(S * ql), q(S * H * hd);
-  v4::linear(x, S, aw.wq_a, t.data());
+  v4::linear(x, S, aw.wq_a, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
-  v4::linear(qr.data(), S, aw.wq_b, q.data());
+  v4::linear(qr.data(), S, aw.wq_b, q.data(), pool_.get());
   v4::head_rms(q.data(), S * H, hd, config_.norm_eps, c.vbase * H, c.vS * H);
   for (int64_t i = 0; i < S; ++i)
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
 
   // Window KV: kv_norm(wkv x) -> RoPE tail -> FP8 QDQ of the nope dims (block 64).
   std::vector<float> kv(S * hd);
-  v4::linear(x, S, aw.wkv, t.data());
+  v4::linear(x, S, aw.wkv, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
   for (int64_t i = 0; i < S; ++i) {
     rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
@@ -255,11 +257,20 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
         for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp_row(g) : nullptr);
       }
     }
-    for (int64_t h = 0; h < H; ++h) {
-      float* oh = &o[(i * H + h) * hd];
-      v4::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), static_cast<int64_t>(rows.size()), hd,
-                           sink[h], scale, (c.vbase + i) * H + h, c.vS * H, oh);
-      rope.apply(oh + hd - rd, p, true);
+    // Heads are independent output rows: split over the pool (same bits at any split).
+    const int64_t nr = static_cast<int64_t>(rows.size());
+    auto heads = [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        float* oh = &o[(i * H + h) * hd];
+        v4::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), nr, hd, sink[h], scale,
+                             (c.vbase + i) * H + h, c.vS * H, oh);
+        rope.apply(oh + hd - rd, p, true);
+      }
+    };
+    if (pool_ && pool_->num_threads() > 1 && H * nr * hd >= (int64_t{1} << 16)) {
+      pool_->parallel_for(H, heads);
+    } else {
+      heads(0, H);
     }
   }
 
@@ -271,7 +282,11 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
   std::vector<float> u(S * G * R), wrow(Dg);
   const V41Linear& woa = aw.wo_a;
-  for (int64_t g = 0; g < G; ++g) {
+  if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
+    for (int64_t g = 0; g < G; ++g)  // the same f64 sum, FP8 decoded inside the kernel
+      kernels::fp8_dequant_gemm_f64(&o[g * Dg], S, H * hd, woa.packed->fp8, g * R, (g + 1) * R,
+                                    &u[g * R], G * R, pool_.get());
+  } else for (int64_t g = 0; g < G; ++g) {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t n = g * R + r;
       if (woa.kind == V41WeightKind::kFp8) {
@@ -292,7 +307,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
       }
     }
   }
-  v4::linear(u.data(), S, aw.wo_b, out);
+  v4::linear(u.data(), S, aw.wo_b, out, pool_.get());
 }
 
 }  // namespace strata

@@ -11,11 +11,29 @@
 #include "base/check.h"
 #include "exec/v41_ops.h"
 #include "kernels/block_gemm.h"
+#include "kernels/seq_gemm.h"
 #include "model/dtype.h"
 
 namespace strata::v4 {
 
-void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
+namespace {
+// V4: FP4 activation scales per 128 along K (model.py block_size), capped at K.
+int fp4_act_block(int64_t k) {
+  int act_block = 128;
+  while (act_block > 32 && k % act_block != 0) act_block /= 2;
+  return act_block;
+}
+}  // namespace
+
+void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool) {
+  if (w.packed) {
+    if (w.kind == V41WeightKind::kFp4) {  // V4's activation block, not V4.1's 32
+      kernels::linear_fp4_packed(x, M, w.packed->fp4, fp4_act_block(w.in), y, pool);
+    } else {  // FP8 (act block = the weight's block) and BF16/F32: as V4.1
+      v41::linear(x, M, w, y, pool);
+    }
+    return;
+  }
   switch (w.kind) {
     case V41WeightKind::kFp8: {
       kernels::Fp8BlockWeight fw;
@@ -35,10 +53,7 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
       fw.n = w.out;
       fw.k = w.in;
       fw.group = 32;
-      // V4: activation scales per 128 along K (model.py block_size), capped at K.
-      int act_block = 128;
-      while (act_block > 32 && w.in % act_block != 0) act_block /= 2;
-      kernels::linear_fp4(x, M, fw, act_block, y, nullptr);
+      kernels::linear_fp4(x, M, fw, fp4_act_block(w.in), y, nullptr);
       return;
     }
     case V41WeightKind::kBf16:
@@ -48,22 +63,9 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y) {
   }
 }
 
-void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y) {
-  std::vector<float> wrow(in);
-  for (int64_t n = 0; n < out; ++n) {
-    if (w.dtype == DType::kF32) {
-      std::copy_n(w.f32() + n * in, in, wrow.data());
-    } else {
-      const uint16_t* r = w.u16() + n * in;
-      for (int64_t k = 0; k < in; ++k) wrow[k] = bf16_to_f32(r[k]);
-    }
-    for (int64_t m = 0; m < M; ++m) {
-      const float* xr = x + m * in;
-      float acc = 0.0f;
-      for (int64_t k = 0; k < in; ++k) acc = std::fma(xr[k], wrow[k], acc);
-      y[m * out + n] = acc;
-    }
-  }
+void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y,
+                const kernels::PackedSeqWeight* packed, ThreadPool* pool) {
+  v41::linear_f32(x, M, w, out, in, y, packed, pool);  // the same order in both models
 }
 
 void hadamard(float* x, int64_t rows, int64_t n) {
@@ -262,10 +264,10 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
 
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
               double norm_eps, double hc_eps, int64_t vbase, int64_t vS, float* pre, float* post,
-              float* comb) {
+              float* comb, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc, hcD = hc * D;
   std::vector<float> raw(S * nmix), sq;
-  linear_f32(h, S, w.fn, nmix, hcD, raw.data());
+  linear_f32(h, S, w.fn, nmix, hcD, raw.data(), w.fn_packed.get(), pool);
   for (int64_t i = 0; i < S; ++i) {
     const float rs = token_rsqrt(h + i * hcD, hcD, norm_eps, sq);
     float* mix = &raw[i * nmix];

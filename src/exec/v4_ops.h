@@ -26,13 +26,18 @@
 
 namespace strata::v4 {
 
-void linear(const float* x, int64_t M, const V41Linear& w, float* y);
+// With w.packed set (DeepseekV4Weights::pack_for_kernels) the packed multi-threaded kernels
+// run over `pool` (may be null), bit-identical to the loops used without it.
+void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
 
 // F.linear with an fp32 (or bf16-promoted) weight, fp32 output: one sequential FMA chain
 // over K per output (the per-element order of a BLAS sgemm micro-kernel). Used for the mHC
 // mixes, compressor wkv/wgate, the MoE gate and the LM head. (Tried: lane-split orders for
 // BLAS tail rows / GEMV; they changed no golden bit, so the single chain is kept.)
-void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y);
+// `packed` (w in kernels/seq_gemm.h's layout, or null) runs the same order vectorized over
+// `pool`.
+void linear_f32(const float* x, int64_t M, const TensorView& w, int64_t out, int64_t in, float* y,
+                const kernels::PackedSeqWeight* packed = nullptr, ThreadPool* pool = nullptr);
 
 // In place over `rows` rows of n values (n a power of two).
 void hadamard(float* x, int64_t rows, int64_t n);
@@ -72,7 +77,7 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
 // Token i of this call is token vbase + i of the reference call of vS tokens.
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
               double norm_eps, double hc_eps, int64_t vbase, int64_t vS, float* pre, float* post,
-              float* comb);
+              float* comb, ThreadPool* pool = nullptr);
 // y[s, :] = bf16(sum_c pre[s, c] * h[s, c, :]).
 void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y);
 // h[s, j, :] <- bf16(post[s, j] * f[s, :] + sum_i comb[s, i, j] * h[s, i, :]).

@@ -1,4 +1,5 @@
-// DeepseekV41Weights::pack_for_kernels (see deepseek_v41_weights.h).
+// DeepseekV41Weights::pack_for_kernels (see deepseek_v41_weights.h) and the packing helpers
+// it shares with DeepseekV4Weights (model/kernel_pack.h).
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -6,14 +7,13 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "model/deepseek_v41_weights.h"
+#include "model/kernel_pack.h"
 
 namespace strata {
 
 int64_t V41PackedLinear::bytes() const {
   return fp8.bytes() + fp4.bytes() + seq.bytes();
 }
-
-namespace {
 
 std::shared_ptr<const kernels::PackedSeqWeight> pack_view(const TensorView& t, int64_t n, int64_t k) {
   STRATA_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32);
@@ -46,6 +46,21 @@ std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l) {
   }
   return p;
 }
+
+int64_t run_pack_jobs(const std::vector<std::function<int64_t()>>& jobs, ThreadPool* pool) {
+  std::atomic<int64_t> total{0};
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) total += jobs[i]();
+  };
+  if (pool != nullptr && pool->num_threads() > 1) {
+    pool->parallel_for(static_cast<int64_t>(jobs.size()), run);
+  } else {
+    run(0, static_cast<int64_t>(jobs.size()));
+  }
+  return total.load();
+}
+
+namespace {
 
 // w1 over w3 ([2*inter, dim]) in the stored format, packed; null when the two cannot be
 // stacked (different kinds, or FP8 block rows that would straddle the seam).
@@ -135,16 +150,7 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
     head_packed_ = pack_view(head_, config_.vocab_size, D);
     return head_packed_->bytes();
   });
-  std::atomic<int64_t> total{0};
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) total += jobs[i]();
-  };
-  if (pool != nullptr && pool->num_threads() > 1) {
-    pool->parallel_for(static_cast<int64_t>(jobs.size()), run);
-  } else {
-    run(0, static_cast<int64_t>(jobs.size()));
-  }
-  packed_bytes_ = total.load();
+  packed_bytes_ = run_pack_jobs(jobs, pool);
 }
 
 }  // namespace strata

@@ -45,6 +45,8 @@ struct V4CompressorWeights {
   TensorView wkv;         // BF16 [coff*width, dim]
   TensorView wgate;       // BF16 [coff*width, dim]
   TensorView norm;        // BF16 [width]
+  // DeepseekV4Weights::pack_for_kernels (null: the scalar loops run).
+  std::shared_ptr<const kernels::PackedSeqWeight> wkv_packed, wgate_packed;
 };
 
 struct V4IndexerWeights {
@@ -72,6 +74,7 @@ struct V4MoeWeights {
   TensorView gate_weight;        // BF16 [E, dim]
   TensorView gate_bias;          // F32 [E] (score-routed layers only)
   std::vector<int32_t> tid2eid;  // [vocab * n_activated] (hash layers only)
+  std::shared_ptr<const kernels::PackedSeqWeight> gate_packed;  // pack_for_kernels
   std::vector<V41ExpertWeights> experts;  // FP4 (or FP8)
   V41ExpertWeights shared;                // FP8, no SwiGLU clamp in V4
 };
@@ -105,12 +108,24 @@ class DeepseekV4Weights {
   int64_t num_tensors_used() const { return num_used_; }
   int64_t num_tensors_ignored() const { return num_ignored_; }
 
+  // Repacks the backbone's weights once for the vector kernels (kernels/block_gemm.h,
+  // kernels/seq_gemm.h): every FP8 linear whose K is a multiple of its block, every FP4
+  // expert, the BF16 linears, the MoE gates, the compressors, the mHC mixes and the LM head
+  // (V41Linear::packed and the *_packed members). The forward then uses the multi-threaded
+  // packed kernels, bit-identical to the scalar loops. Not thread-safe (call once, at load);
+  // `pool` (may be null) splits the work.
+  void pack_for_kernels(ThreadPool* pool);
+  const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
+  int64_t packed_bytes() const { return packed_bytes_; }
+
  private:
   DeepseekV4Weights() = default;
   TensorView embed_, head_, norm_, hc_head_fn_, hc_head_base_, hc_head_scale_;
   std::vector<V4BlockWeights> layers_;
   std::vector<V4BlockWeights> mtp_;
   int64_t num_used_ = 0, num_ignored_ = 0;
+  std::shared_ptr<const kernels::PackedSeqWeight> head_packed_;
+  int64_t packed_bytes_ = 0;
   friend class V4WeightLoader;
 };
 
