@@ -202,6 +202,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   // the compressed rows back from it.
   std::vector<std::vector<int32_t>> csa_lists;
   std::vector<float> crows;
+  std::vector<int32_t> cslot;  // CSA: row g -> its index in crows (selected rows, ascending)
   const bool comp = ls.ratio > 0;
   if (comp) {
     if (ls.has_indexer) indexer(L, x, qr.data(), c, &csa_lists);
@@ -214,10 +215,35 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     c.seq->store_compressor(L, /*index=*/false, st);
     const int64_t ncomp = st.base + st.n_rows();
     STRATA_CHECK(ncomp >= (s0 + S) / ls.ratio);
-    crows.resize(ncomp * hd);
-    c.seq->read_compressed_rows(L, 0, ncomp, crows.data());
+    if (ls.has_indexer) {
+      // CSA: only the rows some query's list selected, each decoded once into a compact
+      // buffer (O(index_topk) per decode step, not O(context)).
+      for (const auto& list : csa_lists)
+        for (int32_t g : list)
+          if (g >= 0) {
+            STRATA_CHECK(g < ncomp);
+            cslot.push_back(g);
+          }
+      std::sort(cslot.begin(), cslot.end());
+      cslot.erase(std::unique(cslot.begin(), cslot.end()), cslot.end());
+      crows.resize(cslot.size() * hd);
+      for (size_t r = 0; r < cslot.size();) {  // runs of consecutive rows in one read
+        size_t e = r + 1;
+        while (e < cslot.size() && cslot[e] == cslot[e - 1] + 1) ++e;
+        c.seq->read_compressed_rows(L, cslot[r], static_cast<int64_t>(e - r), &crows[r * hd]);
+        r = e;
+      }
+    } else {  // HCA attends every visible row
+      crows.resize(ncomp * hd);
+      c.seq->read_compressed_rows(L, 0, ncomp, crows.data());
+    }
   }
-  auto comp_row = [&](int64_t g) -> const float* { return &crows[g * hd]; };
+  auto comp_row = [&](int64_t g) -> const float* {
+    if (!ls.has_indexer) return &crows[g * hd];
+    const auto it = std::lower_bound(cslot.begin(), cslot.end(), static_cast<int32_t>(g));
+    STRATA_CHECK(it != cslot.end() && *it == g);
+    return &crows[(it - cslot.begin()) * hd];
+  };
 
   // Window rows of earlier calls a query of this call can see: positions [wlo, s0).
   const int64_t wlo = std::max<int64_t>(0, s0 - W + 1);
