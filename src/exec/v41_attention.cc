@@ -24,6 +24,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "exec/selected_rows.h"
 #include "exec/v41_forward_ctx.h"
 #include "kernels/fp8_einsum.h"
 #include "model/dtype.h"
@@ -287,33 +288,15 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   std::vector<float> ring((s0 - ring0) * hd);
   for (int64_t pos = ring0; pos < s0; ++pos)
     c.seq->read_window_row(L, pos, &ring[(pos - ring0) * hd]);
-  // Compressed rows of the kv owner that some query selected, each decoded once into a
-  // compact buffer (memory O(selected rows), not O(context): a decode step at a long context
-  // selects at most index_topk of them).
+  // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
   const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
-  std::vector<int32_t> cslot;  // row g -> its index in crows (selected rows, ascending)
-  std::vector<float> crows;
+  SelectedRows crows;
   if (topk) {
-    for (int64_t i = 0; i < S; ++i)
-      for (int32_t g : topk->rows[i]) {
-        STRATA_CHECK(g >= 0 && g < cavail);
-        cslot.push_back(g);
-      }
-    std::sort(cslot.begin(), cslot.end());
-    cslot.erase(std::unique(cslot.begin(), cslot.end()), cslot.end());
-    crows.resize(cslot.size() * hd);
-    for (size_t r = 0; r < cslot.size();) {  // runs of consecutive rows in one read
-      size_t e = r + 1;
-      while (e < cslot.size() && cslot[e] == cslot[e - 1] + 1) ++e;
-      c.seq->read_compressed_rows(ls.kv_owner, cslot[r], static_cast<int64_t>(e - r), &crows[r * hd]);
-      r = e;
-    }
+    crows.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
+      c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);
+    });
   }
-  auto compressed_ptr = [&](int64_t g) -> const float* {
-    const auto it = std::lower_bound(cslot.begin(), cslot.end(), static_cast<int32_t>(g));
-    STRATA_CHECK(it != cslot.end() && *it == g);
-    return &crows[(it - cslot.begin()) * hd];
-  };
+  auto compressed_ptr = [&](int64_t g) { return crows.row(g); };
   std::vector<float> qT(hd * H), scores;
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;

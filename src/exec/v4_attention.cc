@@ -27,6 +27,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "exec/selected_rows.h"
 #include "exec/v4_forward_call.h"
 #include "exec/v4_ops.h"
 #include "kernels/fp8_einsum.h"
@@ -202,7 +203,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   // the compressed rows back from it.
   std::vector<std::vector<int32_t>> csa_lists;
   std::vector<float> crows;
-  std::vector<int32_t> cslot;  // CSA: row g -> its index in crows (selected rows, ascending)
+  SelectedRows csel;  // CSA layers (exec/selected_rows.h)
   const bool comp = ls.ratio > 0;
   if (comp) {
     if (ls.has_indexer) indexer(L, x, qr.data(), c, &csa_lists);
@@ -215,34 +216,17 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     c.seq->store_compressor(L, /*index=*/false, st);
     const int64_t ncomp = st.base + st.n_rows();
     STRATA_CHECK(ncomp >= (s0 + S) / ls.ratio);
-    if (ls.has_indexer) {
-      // CSA: only the rows some query's list selected, each decoded once into a compact
-      // buffer (O(index_topk) per decode step, not O(context)).
-      for (const auto& list : csa_lists)
-        for (int32_t g : list)
-          if (g >= 0) {
-            STRATA_CHECK(g < ncomp);
-            cslot.push_back(g);
-          }
-      std::sort(cslot.begin(), cslot.end());
-      cslot.erase(std::unique(cslot.begin(), cslot.end()), cslot.end());
-      crows.resize(cslot.size() * hd);
-      for (size_t r = 0; r < cslot.size();) {  // runs of consecutive rows in one read
-        size_t e = r + 1;
-        while (e < cslot.size() && cslot[e] == cslot[e - 1] + 1) ++e;
-        c.seq->read_compressed_rows(L, cslot[r], static_cast<int64_t>(e - r), &crows[r * hd]);
-        r = e;
-      }
+    if (ls.has_indexer) {  // CSA: only the rows the top-k lists select
+      csel.gather(csa_lists, ncomp, hd, [&](int64_t g0, int64_t n, float* out) {
+        c.seq->read_compressed_rows(L, g0, n, out);
+      });
     } else {  // HCA attends every visible row
       crows.resize(ncomp * hd);
       c.seq->read_compressed_rows(L, 0, ncomp, crows.data());
     }
   }
   auto comp_row = [&](int64_t g) -> const float* {
-    if (!ls.has_indexer) return &crows[g * hd];
-    const auto it = std::lower_bound(cslot.begin(), cslot.end(), static_cast<int32_t>(g));
-    STRATA_CHECK(it != cslot.end() && *it == g);
-    return &crows[(it - cslot.begin()) * hd];
+    return ls.has_indexer ? csel.row(g) : &crows[g * hd];
   };
 
   // Window rows of earlier calls a query of this call can see: positions [wlo, s0).

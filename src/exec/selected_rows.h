@@ -1,0 +1,55 @@
+// SelectedRows: the compressed-KV rows a call's top-k lists select, each decoded once into a
+// compact buffer (memory and decode work O(selected rows), not O(context): a decode step at a
+// long context selects at most index_topk of them). Used by the V4.1 and V4 attention
+// (exec/v41_attention.cc, exec/v4_attention.cc).
+// Thread safety: a plain value; read-only after gather().
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "base/check.h"
+
+namespace strata {
+
+class SelectedRows {
+ public:
+  // Collects the distinct row ids of `lists` (a range of ranges of int32 ids; negative ids
+  // are the reference's "unreachable" marks and are skipped), ascending, and decodes them
+  // through read(g0, n, out) (n consecutive rows from g0 into out [n, width]), one call per
+  // run of consecutive ids. Errors: STRATA_CHECK when an id is >= `available`.
+  template <class Lists, class Read>
+  void gather(const Lists& lists, int64_t available, int64_t width, Read read) {
+    width_ = width;
+    ids_.clear();
+    for (const auto& list : lists)
+      for (int32_t g : list) {
+        if (g < 0) continue;
+        STRATA_CHECK_MSG(g < available, "selected row {} of {}", g, available);
+        ids_.push_back(g);
+      }
+    std::sort(ids_.begin(), ids_.end());
+    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    rows_.resize(ids_.size() * static_cast<size_t>(width));
+    for (size_t r = 0; r < ids_.size();) {
+      size_t e = r + 1;
+      while (e < ids_.size() && ids_[e] == ids_[e - 1] + 1) ++e;
+      read(static_cast<int64_t>(ids_[r]), static_cast<int64_t>(e - r), &rows_[r * width]);
+      r = e;
+    }
+  }
+  // Row g's values [width]. Errors: STRATA_CHECK when g was not selected.
+  const float* row(int64_t g) const {
+    const auto it = std::lower_bound(ids_.begin(), ids_.end(), static_cast<int32_t>(g));
+    STRATA_CHECK_MSG(it != ids_.end() && *it == g, "row {} was not selected", g);
+    return &rows_[static_cast<size_t>(it - ids_.begin()) * static_cast<size_t>(width_)];
+  }
+
+ private:
+  int64_t width_ = 0;
+  std::vector<int32_t> ids_;  // ascending
+  std::vector<float> rows_;   // [ids_.size(), width_]
+};
+
+}  // namespace strata
