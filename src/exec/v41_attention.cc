@@ -334,12 +334,9 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), t0, t1);
     };
     auto heads = [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        float* oh = &o[(i * H + h) * hd];
-        v41::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), nr, hd, sink[h], scale, oh,
-                              (c.vbase + i) * H + h, c.vS * H, &scores[h * nr]);
-        rope.apply(oh + hd - rd, p, true);
-      }
+      v41::sparse_attn_heads(rows.data(), nr, hd, h1 - h0, sink + h0, &scores[h0 * nr],
+                             &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
+      for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, p, true);
     };
     if (par) {
       pool_->parallel_for(nr, score_rows);

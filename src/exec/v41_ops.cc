@@ -453,6 +453,37 @@ STRATA_FMA_CLONES void qk_scores(const float* q, const float* const* rows, int64
 __attribute__((target("avx512f,avx2,fma"))) int64_t pv_accumulate_avx512(
     const float* const* rows, const float* pb, int64_t nb, int64_t d, float* acc) {
   int64_t i = 0;
+  // 128 lanes per pass: 8 independent FMA chains (each chain is sequential over t, so 4
+  // chains would leave the FMA units waiting on latency).
+  // (Named registers: GCC keeps an array of vectors on the stack.)
+  for (; i + 128 <= d; i += 128) {
+    float* a = acc + i;
+    __m512 c0 = _mm512_loadu_ps(a), c1 = _mm512_loadu_ps(a + 16), c2 = _mm512_loadu_ps(a + 32),
+           c3 = _mm512_loadu_ps(a + 48), c4 = _mm512_loadu_ps(a + 64), c5 = _mm512_loadu_ps(a + 80),
+           c6 = _mm512_loadu_ps(a + 96), c7 = _mm512_loadu_ps(a + 112);
+    for (int64_t t = 0; t < nb; ++t) {
+      const float* kv = rows[t];
+      if (!kv) continue;
+      const float* k = kv + i;
+      const __m512 p = _mm512_set1_ps(pb[t]);
+      c0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k), c0);
+      c1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 16), c1);
+      c2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 32), c2);
+      c3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 48), c3);
+      c4 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 64), c4);
+      c5 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 80), c5);
+      c6 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 96), c6);
+      c7 = _mm512_fmadd_ps(p, _mm512_loadu_ps(k + 112), c7);
+    }
+    _mm512_storeu_ps(a, c0);
+    _mm512_storeu_ps(a + 16, c1);
+    _mm512_storeu_ps(a + 32, c2);
+    _mm512_storeu_ps(a + 48, c3);
+    _mm512_storeu_ps(a + 64, c4);
+    _mm512_storeu_ps(a + 80, c5);
+    _mm512_storeu_ps(a + 96, c6);
+    _mm512_storeu_ps(a + 112, c7);
+  }
   for (; i + 64 <= d; i += 64) {
     __m512 c0 = _mm512_loadu_ps(acc + i), c1 = _mm512_loadu_ps(acc + i + 16);
     __m512 c2 = _mm512_loadu_ps(acc + i + 32), c3 = _mm512_loadu_ps(acc + i + 48);
@@ -783,6 +814,86 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
   }
   sum_exp = sum_exp + torch_exp_at(sink - m, qh, SH);
   for (int64_t i = 0; i < d; ++i) out[i] = round_to_bf16(acc_o[i] / sum_exp);
+}
+
+namespace {
+// acc_h[i] = sequential fma over t of pb[h][t] * rows[t][i] from 0, for 8 heads (pb rows of
+// stride 64) and lanes [i0, i0+16): one row load per t feeds the 8 heads. Same order per
+// (head, lane) as pv_accumulate (null rows skipped: fma(0, 0, a) == a).
+__attribute__((target("avx512f,avx2,fma"))) void pv8_heads_avx512(
+    const float* const* rows, const float* pb, int64_t nb, int64_t i0, float* acc, int64_t d) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
+  for (int64_t t = 0; t < nb; ++t) {
+    const float* kv = rows[t];
+    if (!kv) continue;
+    const __m512 r = _mm512_loadu_ps(kv + i0);
+    const float* p = pb + t;
+    a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[0 * 64]), r, a0);
+    a1 = _mm512_fmadd_ps(_mm512_set1_ps(p[1 * 64]), r, a1);
+    a2 = _mm512_fmadd_ps(_mm512_set1_ps(p[2 * 64]), r, a2);
+    a3 = _mm512_fmadd_ps(_mm512_set1_ps(p[3 * 64]), r, a3);
+    a4 = _mm512_fmadd_ps(_mm512_set1_ps(p[4 * 64]), r, a4);
+    a5 = _mm512_fmadd_ps(_mm512_set1_ps(p[5 * 64]), r, a5);
+    a6 = _mm512_fmadd_ps(_mm512_set1_ps(p[6 * 64]), r, a6);
+    a7 = _mm512_fmadd_ps(_mm512_set1_ps(p[7 * 64]), r, a7);
+  }
+  _mm512_storeu_ps(acc + 0 * d + i0, a0);
+  _mm512_storeu_ps(acc + 1 * d + i0, a1);
+  _mm512_storeu_ps(acc + 2 * d + i0, a2);
+  _mm512_storeu_ps(acc + 3 * d + i0, a3);
+  _mm512_storeu_ps(acc + 4 * d + i0, a4);
+  _mm512_storeu_ps(acc + 5 * d + i0, a5);
+  _mm512_storeu_ps(acc + 6 * d + i0, a6);
+  _mm512_storeu_ps(acc + 7 * d + i0, a7);
+}
+}  // namespace
+
+void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int64_t n_heads,
+                       const float* sinks, const float* scores, float* out, int64_t qh0,
+                       int64_t SH) {
+  // Per head exactly sparse_attn_head's steps (see there), block by block; only the PV
+  // products are computed for 8 heads at once.
+  constexpr int64_t kBlock = 64;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t H = n_heads;
+  std::vector<float> m(H, -1e30f), sum_exp(H, 0.0f), rescale(H);
+  std::vector<float> acc(H * d), acc_o(H * d, 0.0f);
+  std::vector<float> pb(H * kBlock), p(kBlock);
+  const bool vec = kernels::avx512_active() && d % 16 == 0;
+  for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
+    const int64_t nb = std::min(kBlock, n_rows - t0);
+    for (int64_t h = 0; h < H; ++h) {
+      const float* sc = scores + h * n_rows + t0;
+      const int64_t qh = qh0 + h;
+      float bmax = kNegInf;
+      for (int64_t t = 0; t < nb; ++t)
+        if (rows[t0 + t]) bmax = std::max(bmax, sc[t]);
+      const float m_new = std::max(m[h], bmax);
+      rescale[h] = torch_exp_at(m[h] - m_new, qh, SH);
+      for (int64_t t = 0; t < nb; ++t)
+        p[t] = std::isinf(sc[t]) ? 0.0f : torch_exp_at(sc[t] - m_new, qh * nb + t, SH * nb);
+      sum_exp[h] = sum_exp[h] * rescale[h] + torch_sum(p.data(), nb);
+      for (int64_t t = 0; t < nb; ++t) pb[h * kBlock + t] = round_to_bf16(p[t]);
+      m[h] = m_new;
+    }
+    int64_t h = 0;
+    if (vec)
+      for (; h + 8 <= H; h += 8)
+        for (int64_t i = 0; i < d; i += 16)
+          pv8_heads_avx512(rows + t0, &pb[h * kBlock], nb, i, &acc[h * d], d);
+    for (; h < H; ++h) {
+      std::fill_n(&acc[h * d], d, 0.0f);
+      pv_accumulate(rows + t0, &pb[h * kBlock], nb, d, &acc[h * d]);
+    }
+    for (int64_t hh = 0; hh < H; ++hh)
+      for (int64_t i = 0; i < d; ++i)
+        acc_o[hh * d + i] = acc_o[hh * d + i] * rescale[hh] + acc[hh * d + i];
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    const float se = sum_exp[h] + torch_exp_at(sinks[h] - m[h], qh0 + h, SH);
+    for (int64_t i = 0; i < d; ++i) out[h * d + i] = round_to_bf16(acc_o[h * d + i] / se);
+  }
 }
 
 // expf as SLEEF's xexpf (u10) computes it with FMA: the vectorized exp behind torch.exp /

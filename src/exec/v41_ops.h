@@ -102,6 +102,14 @@ class RopeTable {
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, float* out, int64_t qh = 0, int64_t SH = 0,
                       const float* scores = nullptr);
+// sparse_attn_head for heads [0, n_heads) of one query against one shared list of rows (MQA):
+// head h reads q[h*d..], sinks[h], scores + h*n_rows (required, from qk_scores_heads) and
+// writes out[h*d..]; its reference position is qh0 + h. The same arithmetic per head, in the
+// same order, as sparse_attn_head (bit-identical), but the PV products of 8 heads at a time
+// load each KV row once (sparse_attn_head streams every row once per head).
+void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int64_t n_heads,
+                       const float* sinks, const float* scores, float* out, int64_t qh0,
+                       int64_t SH);
 // The scores of every head against one shared list of rows (MQA: one KV head), for
 // sparse_attn_head's `scores` argument: out[h * n_rows + t] = scale * (sequential fma over
 // i of qT[i * n_heads + h] * rows[t][i]), -inf for null rows. Vectorized over heads (same

@@ -156,5 +156,40 @@ TEST(V41Ops, QkScoresHeadsMatchPerHeadSequentialLoop) {
   }
 }
 
+// sparse_attn_heads = sparse_attn_head for every head, bit for bit: 11 heads (one batch of 8
+// plus 3 single heads), 150 rows (a short last block of 64) with null rows, with and without
+// the AVX-512 path, with the reference-position (SLEEF vs scalar tail) arguments.
+TEST(V41Ops, SparseAttnHeadsMatchPerHeadCalls) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  const int64_t d = 64, n = 150, H = 11;
+  std::vector<float> kv(n * d), q(H * d), sinks(H);
+  for (auto& v : kv) v = round_to_bf16(nd(rng));
+  for (auto& v : q) v = round_to_bf16(nd(rng) * 0.3f);
+  for (auto& v : sinks) v = nd(rng);
+  std::vector<const float*> rows(n);
+  for (int64_t t = 0; t < n; ++t) rows[t] = (t % 7 == 3 || t == 149) ? nullptr : &kv[t * d];
+  std::vector<float> qT(d * H);
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t h = 0; h < H; ++h) qT[i * H + h] = q[h * d + i];
+  const float scale = 0.125f;
+  std::vector<float> scores(H * n);
+  qk_scores_heads(qT.data(), rows.data(), n, d, H, scale, scores.data(), 0, n);
+  for (bool e512 : {true, false}) {
+    kernels::set_avx512_enabled(e512);
+    for (int64_t SH : {int64_t{0}, 3 * H}) {
+      const int64_t qh0 = SH == 0 ? 0 : 2 * H;
+      std::vector<float> want(H * d), got(H * d, -1.0f);
+      for (int64_t h = 0; h < H; ++h)
+        sparse_attn_head(&q[h * d], rows.data(), n, d, sinks[h], scale, &want[h * d], qh0 + h, SH,
+                         &scores[h * n]);
+      sparse_attn_heads(rows.data(), n, d, H, sinks.data(), scores.data(), got.data(), qh0, SH);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+          << "avx512 " << e512 << " SH " << SH;
+    }
+  }
+  kernels::set_avx512_enabled(true);
+}
+
 }  // namespace
 }  // namespace strata::v41
