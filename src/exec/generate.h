@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,5 +44,13 @@ struct GenerateResult {
 
 StatusOr<GenerateResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,
                                   const std::string& prompt, const GenerateOptions& options);
+
+// The same from prompt token ids (BOS is prepended when options.add_bos and the model has
+// one). `tokenizer` may be null (a checkpoint without one): then no text is produced
+// (on_text is not called, result.text stays empty) and the caller reads generated_ids.
+// Errors: as above, plus InvalidArgument for an id outside [0, vocab_size).
+StatusOr<GenerateResult> generate_ids(ModelRunner& runner, const Tokenizer* tokenizer,
+                                      std::span<const int32_t> prompt_ids,
+                                      const GenerateOptions& options);
 
 }  // namespace strata

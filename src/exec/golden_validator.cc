@@ -124,8 +124,13 @@ std::string GoldenCaseResult::summary() const {
 }
 
 std::string GoldenReport::last_line() const {
-  return fmt::format("golden: {} passed, {} failed, max_abs_diff={:.6g}, route_divergent={}",
-                     passed, failed, max_abs_diff, route_divergent);
+  // With no logits row strictly compared (e.g. every case failed before its first row) a
+  // max_abs_diff of 0 would read like a match: say n/a instead.
+  int64_t strict = 0;
+  for (const GoldenCaseResult& c : cases) strict += c.rows_strict;
+  const std::string diff = strict > 0 || cases.empty() ? fmt::format("{:.6g}", max_abs_diff) : "n/a";
+  return fmt::format("golden: {} passed, {} failed, max_abs_diff={}, route_divergent={}", passed,
+                     failed, diff, route_divergent);
 }
 
 StatusOr<std::vector<GoldenCase>> load_golden_cases(const std::string& cases_path,
@@ -352,12 +357,16 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
   }
   auto check_row = [&](const std::vector<float>& golden, const std::vector<float>& got,
                        const std::string& label) {
-    bool finite = got.size() == golden.size();
+    if (got.size() != golden.size()) {
+      fail(fmt::format("{}: {} logits, the golden row has {} (another model's cases?)", label,
+                       got.size(), golden.size()));
+      return;
+    }
+    int64_t bad = 0;
     for (float v : got)
-      if (!std::isfinite(v)) finite = false;
-    if (!finite) {
-      fail(fmt::format("{}: logits not finite or wrong size ({} vs {})", label, got.size(),
-                       golden.size()));
+      if (!std::isfinite(v)) ++bad;
+    if (bad > 0) {
+      fail(fmt::format("{}: {} of {} logits are not finite (NaN/inf)", label, bad, got.size()));
       return;
     }
     if (diverged) return;

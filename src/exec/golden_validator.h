@@ -103,7 +103,9 @@ struct GoldenReport {
   std::vector<GoldenCaseResult> cases;
   int passed = 0, failed = 0, route_divergent = 0;
   double max_abs_diff = 0.0;
-  std::string last_line() const;  // "golden: N passed, M failed, max_abs_diff=X, route_divergent=R"
+  // "golden: N passed, M failed, max_abs_diff=X, route_divergent=R"; X is "n/a" when no
+  // logits row was strictly compared in any case.
+  std::string last_line() const;
 };
 
 // One golden case as read from cases.safetensors.

@@ -156,6 +156,7 @@ class FakeTarget : public GoldenTarget {
     for (auto& x : out.logits) x += noise;
     if (bump_case == c->name && bump_row == row) out.logits[3] += bump;
     if (nan_case == c->name && nan_row == row) out.logits[0] = NAN;
+    if (truncate_logits) out.logits.pop_back();
     return out;
   }
   std::vector<int> index_layer_ids() const override { return index_ids; }
@@ -167,6 +168,7 @@ class FakeTarget : public GoldenTarget {
   std::string bump_case;
   int bump_row = -1;
   float bump = 0.0f;
+  bool truncate_logits = false;
   std::string nan_case;
   int nan_row = -1;
   std::vector<int> index_ids;
@@ -296,6 +298,19 @@ TEST_F(GoldenValidatorTest, FragileCaseMayDivergeButLaterRowsMustBeFinite) {
   r = run_golden(t, cases_, GoldenOptions{});
   EXPECT_EQ(r.failed, 1);
   EXPECT_NE(r.cases[1].error.find("finite"), std::string::npos);
+}
+
+// A target of another model (wrong vocabulary): every case fails at its first row with a
+// message naming the size mismatch, and the summary does not report max_abs_diff=0 as if
+// rows had matched.
+TEST_F(GoldenValidatorTest, WrongVocabularyFailsEveryCaseWithNoDiff) {
+  FakeTarget t(synth_);
+  t.truncate_logits = true;
+  GoldenReport r = run_golden(t, cases_, GoldenOptions{});
+  EXPECT_EQ(r.failed, 2);
+  EXPECT_NE(r.cases[0].error.find("logits, the golden row has"), std::string::npos)
+      << r.cases[0].error;
+  EXPECT_EQ(r.last_line(), "golden: 0 passed, 2 failed, max_abs_diff=n/a, route_divergent=0");
 }
 
 TEST_F(GoldenValidatorTest, ChunkedPrefillMergesRoutes) {

@@ -348,7 +348,7 @@ void setup_bench_gemv(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(threads_range());
   cmd->add_option("--repeats", o->repeats, "Timed passes over all matrices (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));

@@ -197,7 +197,8 @@ void setup_bench_model(CLI::App& app) {
     cmd->add_option("--decode-tokens", o->decode_tokens, "Tokens decoded after the prompt")
         ->capture_default_str();
     cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(threads_range());
     cmd->add_option("--repeats", o->repeats, "Measured repetitions (after one warm-up)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);

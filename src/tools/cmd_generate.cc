@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <sstream>
+#include <climits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,7 +33,29 @@ struct GenerateCli {
   int threads = 0;
   bool output_ids = false;
   bool verbose = false;
+  std::string prompt_ids;  // --prompt-ids as given
 };
+
+// "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; false on anything else.
+bool parse_ids(const std::string& text, std::vector<int32_t>* ids) {
+  std::string t = text;
+  for (char& ch : t)
+    if (ch == ',' || ch == '[' || ch == ']') ch = ' ';
+  std::istringstream in(t);
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (used != word.size() || v < INT32_MIN || v > INT32_MAX) return false;
+    ids->push_back(static_cast<int32_t>(v));
+  }
+  return true;
+}
 
 int run_generate(GenerateCli& o) {
   if (o.model.empty()) {
@@ -41,7 +66,22 @@ int run_generate(GenerateCli& o) {
     }
     o.model = *d;
   }
-  if (!o.have_prompt && !isatty(0)) {
+  const bool by_ids = !o.prompt_ids.empty();
+  std::vector<int32_t> ids;
+  if (by_ids) {
+    if (o.have_prompt) {
+      fmt::print(stderr, "strata generate: pass either a prompt or --prompt-ids, not both\n");
+      return 2;
+    }
+    if (!parse_ids(o.prompt_ids, &ids)) {
+      fmt::print(stderr,
+                 "strata generate: --prompt-ids '{}': expected token ids such as 1,2,3 or "
+                 "[1, 2, 3]\n",
+                 o.prompt_ids);
+      return 2;
+    }
+  }
+  if (!by_ids && !o.have_prompt && !isatty(0)) {
     o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
       o.prompt.pop_back();
@@ -55,10 +95,16 @@ int run_generate(GenerateCli& o) {
     return 1;
   }
   auto tok = load_tokenizer_from_dir(o.model);
-  if (!tok.ok()) {
-    fmt::print(stderr, "strata generate: {}\n", tok.status().to_string());
+  // A checkpoint without a tokenizer (e.g. a converted DeepSeek checkpoint): token ids in,
+  // token ids out. A tokenizer file that exists but fails to load is still an error.
+  const bool no_tokenizer = !tok.ok() && tok.status().code() == StatusCode::kNotFound;
+  if (!tok.ok() && !(no_tokenizer && by_ids)) {
+    fmt::print(stderr, "strata generate: {}{}\n", tok.status().to_string(),
+               no_tokenizer ? " (this model has no tokenizer: pass token ids with --prompt-ids)"
+                            : "");
     return 1;
   }
+  const Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
   go.sampling.temperature = o.temperature;
@@ -73,7 +119,7 @@ int run_generate(GenerateCli& o) {
     std::fflush(stdout);
     ends_with_newline = s.back() == '\n';
   };
-  {
+  if (!by_ids) {
     // A prompt the tokenizer cannot represent (every id is a token whose text does not occur
     // in the prompt, i.e. the unknown token) gives output unrelated to the prompt: say so.
     const std::vector<int32_t> ids = (*tok)->encode(o.prompt);
@@ -89,14 +135,16 @@ int run_generate(GenerateCli& o) {
                  "text\n",
                  ids.size(), ids[0], (*tok)->id_to_token(ids[0]));
   }
-  auto res = generate(**runner, **tok, o.prompt, go);
+  auto res = by_ids ? generate_ids(**runner, tokenizer, ids, go)
+                    : generate(**runner, *tokenizer, o.prompt, go);
   if (!res.ok()) {
     std::fflush(stdout);
     fmt::print(stderr, "\nstrata generate: {}\n", res.status().to_string());
     return 1;
   }
   if (!ends_with_newline) std::fputc('\n', stdout);
-  if (o.output_ids) fmt::print("[{}]\n", fmt::join(res->generated_ids, ","));
+  // Without a tokenizer the ids are the output.
+  if (o.output_ids || tokenizer == nullptr) fmt::print("[{}]\n", fmt::join(res->generated_ids, ","));
   std::fflush(stdout);
   if (o.verbose) {
     const double n = static_cast<double>(res->generated_ids.size());
@@ -138,7 +186,10 @@ void setup_generate(CLI::App& app) {
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024).description("0 to 1024"));
+      ->check(threads_range());
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "Prompt as token ids (1,2,3 or [1, 2, 3]) instead of text; required for a "
+                  "model without a tokenizer, whose output is then the generated ids");
   cmd->add_flag("--output-ids", o->output_ids,
                 "After the text, print the generated token ids as one JSON array on the last "
                 "line of stdout");

@@ -22,6 +22,10 @@ bool register_command(const std::string& name, CommandSetup setup);
 // Adds every registered subcommand to `app`.
 void setup_all_commands(CLI::App& app);
 
+// The accepted range of every --threads option: 0 (all cores) to 1024. (An unbounded count
+// made thread creation fail with an uncaught std::system_error.)
+inline CLI::Range threads_range() { return CLI::Range(0, 1024, "0 to 1024"); }
+
 // The exit status main() returns after the subcommand callback ran (default 0).
 void set_exit_code(int code);
 int exit_code();
