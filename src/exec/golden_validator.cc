@@ -109,10 +109,11 @@ std::string RouteDivergence::describe() const {
 }
 
 std::string GoldenCaseResult::summary() const {
+  const std::string diff = rows_strict > 0 ? fmt::format("{:.6g}", max_abs_diff) : "n/a";
   std::string s = fmt::format(
-      "{} L={}{}: {} rows {}/{} strict ({} bit-exact), max_abs_diff={:.6g}, argmax {}/{}", name,
+      "{} L={}{}: {} rows {}/{} strict ({} bit-exact), max_abs_diff={}, argmax {}/{}", name,
       prompt_len, fragile ? " (fragile)" : "", passed ? "PASS" : "FAIL", rows_strict, rows_total,
-      rows_exact, max_abs_diff, argmax_agree, argmax_checked);
+      rows_exact, diff, argmax_agree, argmax_checked);
   if (divergence) {
     s += ", route divergence at " + divergence->describe();
     s += fragile ? " (allowed: the case is fragile; rows from the divergence on are checked "

@@ -311,6 +311,9 @@ TEST_F(GoldenValidatorTest, WrongVocabularyFailsEveryCaseWithNoDiff) {
   EXPECT_NE(r.cases[0].error.find("logits, the golden row has"), std::string::npos)
       << r.cases[0].error;
   EXPECT_EQ(r.last_line(), "golden: 0 passed, 2 failed, max_abs_diff=n/a, route_divergent=0");
+  EXPECT_NE(r.cases[0].summary().find("rows 0/3 strict (0 bit-exact), max_abs_diff=n/a"),
+            std::string::npos)
+      << r.cases[0].summary();
 }
 
 TEST_F(GoldenValidatorTest, ChunkedPrefillMergesRoutes) {
