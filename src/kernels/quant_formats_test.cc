@@ -221,20 +221,21 @@ TEST(QuantFormats, Fp4DequantizeEveryCodeAndScaleBitExactOnEveryIsa) {
     for (int sb : {0x00, 0x01, 0x07, 0x38, 0x77, 0x7E, 0x7F, 0x80, 0xB5, 0xFE}) {
       for (int block : {16, 32, 24}) {
         const std::vector<uint8_t> sc(n / block, static_cast<uint8_t>(sb));
-        std::vector<float> got(n);
-        fp4_e4m3_dequantize(packed.data(), sc.data(), n, block, got.data());
-        for (int i = 0; i < n; ++i) {
-          const uint8_t nib = (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
-          const float want = e2m1_decode(nib) * e4m3_decode(static_cast<uint8_t>(sb));
-          ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
-              << "e4m3 scale " << sb << " block " << block << " i " << i << " isa " << int(isa);
-        }
-        fp4_ue8m0_dequantize(packed.data(), sc.data(), n, block, got.data());
-        for (int i = 0; i < n; ++i) {
-          const uint8_t nib = (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
-          const float want = e2m1_decode(nib) * ue8m0_decode(static_cast<uint8_t>(sb));
-          ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
-              << "ue8m0 scale " << sb << " block " << block << " i " << i << " isa " << int(isa);
+        // each scale format: its dequantizer and the scale byte's value
+        const bool e4m3_scale[] = {true, false};
+        for (bool e4m3 : e4m3_scale) {
+          std::vector<float> got(n);
+          (e4m3 ? fp4_e4m3_dequantize : fp4_ue8m0_dequantize)(packed.data(), sc.data(), n, block,
+                                                               got.data());
+          const uint8_t b = static_cast<uint8_t>(sb);
+          const float scale = e4m3 ? e4m3_decode(b) : ue8m0_decode(b);
+          for (int i = 0; i < n; ++i) {
+            const uint8_t nib = (i % 2 == 0) ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
+            const float want = e2m1_decode(nib) * scale;
+            ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
+                << (e4m3 ? "e4m3" : "ue8m0") << " scale " << sb << " block " << block << " i "
+                << i << " isa " << int(isa);
+          }
         }
       }
     }
