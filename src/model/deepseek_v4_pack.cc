@@ -39,11 +39,11 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool) {
       add_view(c->wkv, &c->wkv_packed);
       add_view(c->wgate, &c->wgate_packed);
     }
-    for (V41ExpertWeights* e : {&b.ffn.shared}) {
-      for (V41Linear* l : {&e->w1, &e->w2, &e->w3}) add_linear(*l);
-    }
-    for (V41ExpertWeights& e : b.ffn.experts)
+    auto add_expert = [&](V41ExpertWeights& e) {
       for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) add_linear(*l);
+    };
+    add_expert(b.ffn.shared);
+    for (V41ExpertWeights& e : b.ffn.experts) add_expert(e);
     add_view(b.ffn.gate_weight, &b.ffn.gate_packed);
     add_view(b.hc_attn.fn, &b.hc_attn.fn_packed);
     add_view(b.hc_ffn.fn, &b.hc_ffn.fn_packed);
