@@ -92,7 +92,7 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
       case Src::kFp8Packed: {
         sw[l] = s.pscales(n0 / kTile, kb).at(l);
         const uint8_t* src = s.pcodes(n0 / kTile, kb) + l;
-        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[k * kTile]];
+        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e4m3[src[packed_k_offset(k, kTile)]];
         break;
       }
       case Src::kFp4Raw: {
@@ -108,7 +108,8 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
         sw[l] = s.pscales(n0 / kTile, kb).at(l);
         const uint8_t* src = s.pcodes(n0 / kTile, kb) + l / 2;
         const int shift = (l % 2) * 4;
-        for (int k = 0; k < bk; ++k) panel[k * kTile + l] = L.e2m1[(src[k * (kTile / 2)] >> shift) & 0xf];
+        for (int k = 0; k < bk; ++k)
+          panel[k * kTile + l] = L.e2m1[(src[packed_k_offset(k, kTile / 2)] >> shift) & 0xf];
         break;
       }
     }
@@ -207,7 +208,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb).at(l) * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
-        simd::decode16_e4m3(src + k * kTile, &lo, &hi);
+        simd::decode16_e4m3(src + packed_k_offset(k, kTile), &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
         _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
       }
@@ -217,7 +218,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb).at(l) * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
-        simd::decode16_e2m1(src + k * (kTile / 2), &lo, &hi);
+        simd::decode16_e2m1(src + packed_k_offset(k, kTile / 2), &lo, &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
         _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
       }
@@ -344,16 +345,19 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   // Decode (M <= 4) streams 2 x kGroup arrays (codes and scales per tile) once; without
   // software prefetch the scale loads miss to DRAM on every K block (measured: ~30% of the
   // kernel's time stalled on them). Prefetch both kAhead blocks ahead.
+  // The group's K block is one run shared by its two halves (tiles interleave every 4 K
+  // indices): the first half prefetches all of it.
   if (m0 == 0) {
     constexpr int kAhead = 8;
     if (kb + kAhead < nkb) {
-      const int64_t blk = static_cast<int64_t>(bk) * bytes_per_k;
-      for (int g = 0; g < ng; ++g) {
-        const char* c = reinterpret_cast<const char*>(s.pcodes(g0 / kTile + g, kb + kAhead));
-        for (int64_t off = 0; off < blk; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-        _mm_prefetch(static_cast<const char*>(s.pscales(g0 / kTile + g, kb + kAhead).addr()),
-                     _MM_HINT_T0);
+      const int64_t t0 = g0 / kTile;
+      if (t0 % kPackGroup == 0) {
+        const int64_t run = static_cast<int64_t>(bk) * bytes_per_k * kPackGroup;
+        const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb + kAhead));
+        for (int64_t off = 0; off < run; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
       }
+      for (int g = 0; g < ng; ++g)
+        _mm_prefetch(static_cast<const char*>(s.pscales(t0 + g, kb + kAhead).addr()), _MM_HINT_T0);
     }
   }
   // explicit registers (GCC keeps arrays of vectors in memory at -O2)
@@ -373,7 +377,7 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   const uint8_t* s2 = src[2];
   const uint8_t* s3 = src[3];
   for (int k = 0; k < bk; k += 2) {
-    const int64_t off = static_cast<int64_t>(k) * bytes_per_k;
+    const int64_t off = packed_k_offset(k, bytes_per_k);
     __m256 w0l, w0h, w1l, w1h, w2l, w2h, w3l, w3h;
     dec(s0 + off, &w0l, &w0h);
     dec(s1 + off, &w1l, &w1h);
@@ -622,7 +626,8 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
   for (int64_t n = 0; n < w.n; ++n) {
     const int64_t t = n / kTile, l = n % kTile;
     for (int64_t k = 0; k < w.k; ++k)
-      p.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l] = w.codes[n * w.k + k];
+      p.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + packed_k_offset(k % bk, kTile) + l] =
+          w.codes[n * w.k + k];
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t si = (n / w.block_n) * scols + kb;
       const int64_t di = packed_scale_offset(t, kb, nkb) + l;
@@ -656,7 +661,8 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form) {
     for (int64_t k = 0; k < w.k; ++k) {
       const uint8_t byte = w.packed[n * (w.k / 2) + k / 2];
       const uint8_t code = (k % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-      uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) + (k % 32) * (kTile / 2) + l / 2];
+      uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) +
+                             packed_k_offset(k % 32, kTile / 2) + l / 2];
       dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
     }
     for (int64_t kb = 0; kb < nkb; ++kb) {

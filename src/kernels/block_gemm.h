@@ -30,8 +30,9 @@
 // the kernels decode FP8 via F16C and FP4 via a byte shuffle straight into registers, one
 // sequential memory stream per group of 64 rows. On AVX-512 CPUs (F/BW/VL, chosen at run
 // time, kernels/cpu_features.h) two 8-row tiles share a zmm (kernels/block_gemm_avx512.cc);
-// with VBMI/BF16/GFNI too (kernels::avx512_ext_active()) FP8 decodes with GF2P8AFFINEQB +
-// VPERMT2B and FP4 uses VDPBF16PS on provably exact activation blocks, still bit-identical.
+// with VBMI/BF16/GFNI too (kernels::avx512_ext_active()) FP8 runs on VDPBF16PS in the
+// chain's exact order and FP4 uses VDPBF16PS on provably exact activation blocks, still
+// bit-identical.
 // Measured per core on the dev VM (`strata bench gemv`, docs/PERFORMANCE.md): fp8 ~22 and fp4
 // ~37 G weights/s streaming from DRAM (AVX-512 without the extensions: ~18 / ~21; AVX2 alone:
 // ~9). The raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8).
@@ -102,18 +103,22 @@ void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_
 // ---- Repacked weights (fast path) ----
 // The same FP8 / FP4 bytes, reordered once (e.g. at model load) so that the kernels read
 // 8 output rows ("a tile") per K index contiguously (FP8: one byte per row; FP4: 4 bytes per
-// K index, row 2j in the low nibble of byte j), and so that decode (M = 1..4) streams each
-// group of kPackGroup tiles as ONE sequential run of memory:
-//   codes  [ceil(tiles/8)][K/block_k][8 tiles][block_k][8 rows]   (tiles padded to 8: zero rows)
+// K index, row 2j in the low nibble of byte j), and so that decode (M = 1..4), which walks the
+// kPackGroup tiles of a group together, reads memory in address order:
+//   codes  [ceil(tiles/8)][K/block_k][block_k/4 chunks][8 tiles][4 K][8 rows]
+//          (tiles padded to 8: zero rows; a chunk is 256 bytes for FP8, 128 for FP4)
 //   scales [ceil(tiles/8)][K/block_k][8 tiles][8 rows]            (one per row per K block)
+// (Interleaving the tiles every 4 K indices matters: a core reading 8 tiles that are each a
+// separate 1 KB run streams ~20 GB/s on the dev VM against ~28 GB/s in address order.)
 // The scales are kept as UE8M0 bytes (scales_e8m0, 1 byte each) when the checkpoint's are
 // UE8M0 and every byte is in 1..254 (a normal f32 power of two: the kernels widen a byte b to
 // the f32 bits b << 23), else as f32 (scales). At 32-wide K blocks this is 1/32 byte per
 // weight instead of 1/8: FP8 weights take 1.03 bytes instead of 1.125, FP4 0.53 instead of
-// 0.625. Use packed_code_offset / packed_scale_offset for addressing. Weights stay 1 byte (FP8) or
-// 1/2 byte (FP4) per element: nothing is expanded to f32 in memory. Results are
-// bit-identical to the unpacked kernels, with either scale form.
+// 0.625. Address with packed_code_offset + packed_k_offset and packed_scale_offset. Weights
+// stay 1 byte (FP8) or 1/2 byte (FP4) per element: nothing is expanded to f32 in memory.
+// Results are bit-identical to the unpacked kernels, with either scale form.
 inline constexpr int kPackGroup = 8;
+inline constexpr int kPackChunkK = 4;  // K indices per tile per chunk
 struct PackedFp8Weight {
   int64_t n = 0, k = 0;
   int block_k = 128;
@@ -136,11 +141,20 @@ struct PackedFp4Weight {
 // Scale form of the packed layouts: kAuto as described above; kF32 always f32 (the
 // previous layout, kept for comparisons and benchmarks).
 enum class PackedScales : uint8_t { kAuto, kF32 };
-// Offsets (in elements of codes / scales) of tile `t`'s K block `kb` (block_k K indices ×
-// 8 rows, `bytes_per_k` = 8 for FP8, 4 for FP4, contiguous).
+// Offsets in codes (`bytes_per_k` = 8 for FP8, 4 for FP4): packed_code_offset is where tile
+// `t`'s K block `kb` starts (its first chunk; block_k K indices × 8 rows), packed_k_offset the
+// offset from there of K index k of the block (0 <= k < block_k): the byte of (t, kb·block_k
+// + k, row l) is codes[packed_code_offset(..) + packed_k_offset(k, ..) + l] for FP8 (l / 2,
+// nibble l % 2, for FP4). Two consecutive K indices 2j, 2j+1 of a tile are contiguous, and so
+// are a chunk's 4. A group's K block is one contiguous run of kPackGroup·block_k·bytes_per_k
+// bytes starting at packed_code_offset(t, kb, ..) for t % kPackGroup == 0.
 inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t block_k,
                                   int64_t bytes_per_k) {
-  return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * block_k * bytes_per_k;
+  return ((t / kPackGroup) * nkb + kb) * kPackGroup * block_k * bytes_per_k +
+         (t % kPackGroup) * kPackChunkK * bytes_per_k;
+}
+inline int64_t packed_k_offset(int64_t k, int64_t bytes_per_k) {
+  return (k / kPackChunkK) * kPackGroup * kPackChunkK * bytes_per_k + (k % kPackChunkK) * bytes_per_k;
 }
 inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
   return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * 8;

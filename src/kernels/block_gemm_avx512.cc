@@ -6,6 +6,15 @@
 // over each K block (bit-identical); 8 tiles = 4 zmm chains per activation row, and the
 // group's K blocks are one sequential stream.
 //
+// FP8 dot path (CPUs with AVX512_BF16 + AVX512_VBMI, kernels::avx512_ext_active(), whose
+// VDPBF16PS passes dpbf16_is_sequential): VDPBF16PS adds two products per lane one after the
+// other with one rounding each, and products of bf16 values are exact, so with K index k in
+// the high word and k + 1 in the low word it runs two steps of the scalar chain, bit for bit.
+// Two VPERMT2B table lookups give each E4M3 code's bf16 low and top bytes (subnormals
+// normalized, sign ORed back in), two more interleave them into (k, k+1) word pairs of a tile
+// pair's 16 rows: 5 shuffles + 2 VDPBF16PS per 64 weights (dot_block_fp8), against 6 + 4
+// FMAs for the GF2P8AFFINEQB extension chain it replaced (~1.2x from cache).
+//
 // FP4 dot path (CPUs with AVX512_BF16 + AVX512_VBMI, kernels::avx512_ext_active()): on a K
 // block whose activations pass fp4_block_sums_exact, every partial sum of the block's dot
 // products is exact in f32 whatever the order, so the chain's result equals the exact sum.
@@ -26,6 +35,7 @@
 
 #include "kernels/block_gemm_internal.h"
 #include "kernels/cpu_features.h"
+#include "kernels/quant_formats.h"
 #include "kernels/simd_decode.h"
 
 namespace strata::kernels::detail {
@@ -88,25 +98,27 @@ STRATA_AVX512 STRATA_INLINE void fma_step(Partials& P, const float* x0, const fl
   }
 }
 
-// Sequential-FMA partials of the K block at `base` (8 tiles x blk bytes); the weights decode
+// Sequential-FMA partials of the group's K block at `base`; the weights decode
 // to value x 2^-8 (simd_decode.h), so the partials are 2^-8 times the scalar path's.
 template <bool kFp4, int kRows>
-STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int64_t blk, int bk,
-                                                 const float* x0, const float* x1) {
+STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int bk, const float* x0,
+                                                 const float* x1) {
   constexpr int bpk = kFp4 ? kTile / 2 : kTile;
   const __m512 zero = _mm512_setzero_ps();
   Partials P{zero, zero, zero, zero, zero, zero, zero, zero};
+  constexpr int64_t ts = kPackChunkK * bpk;  // next tile of a chunk
   const uint8_t* c0 = base;
-  const uint8_t* c1 = base + 2 * blk;
-  const uint8_t* c2 = base + 4 * blk;
-  const uint8_t* c3 = base + 6 * blk;
+  const uint8_t* c1 = base + 2 * ts;
+  const uint8_t* c2 = base + 4 * ts;
+  const uint8_t* c3 = base + 6 * ts;
   for (int k = 0; k < bk; k += 2) {
-    const int64_t off = static_cast<int64_t>(k) * bpk;
+    const int64_t off = packed_k_offset(k, bpk);
+    if (k % kPackChunkK == 0) simd::prefetch_stream<kFp4 ? 2 : 4>(base + off);
     __m512 w00, w01, w10, w11, w20, w21, w30, w31;
-    simd::decode_pair512<kFp4>(c0 + off, c0 + blk + off, &w00, &w01);
-    simd::decode_pair512<kFp4>(c1 + off, c1 + blk + off, &w10, &w11);
-    simd::decode_pair512<kFp4>(c2 + off, c2 + blk + off, &w20, &w21);
-    simd::decode_pair512<kFp4>(c3 + off, c3 + blk + off, &w30, &w31);
+    simd::decode_pair512<kFp4>(c0 + off, c0 + ts + off, &w00, &w01);
+    simd::decode_pair512<kFp4>(c1 + off, c1 + ts + off, &w10, &w11);
+    simd::decode_pair512<kFp4>(c2 + off, c2 + ts + off, &w20, &w21);
+    simd::decode_pair512<kFp4>(c3 + off, c3 + ts + off, &w30, &w31);
     fma_step<kRows>(P, x0, x1, k, w00, w10, w20, w30);
     fma_step<kRows>(P, x0, x1, k + 1, w01, w11, w21, w31);
   }
@@ -142,10 +154,8 @@ STRATA_AVX512 STRATA_INLINE void scale_add(const Partials& P, const ScaleRef& sc
   }
 }
 
-STRATA_AVX512 STRATA_INLINE void prefetch_block(const Src& s, int64_t t0, int64_t kb,
-                                                int64_t bytes) {
-  const char* c = reinterpret_cast<const char*>(s.pcodes(t0, kb));
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+// The group's row scales of K block kb (the codes are prefetched by the chunk loops).
+STRATA_AVX512 STRATA_INLINE void prefetch_scales(const Src& s, int64_t t0, int64_t kb) {
   const ScaleRef r = s.pscales(t0, kb);
   const char* sc = static_cast<const char*>(r.addr());
   for (int off = 0; off < 64 * r.bytes_per_scale(); off += 64) _mm_prefetch(sc + off, _MM_HINT_T0);
@@ -167,7 +177,7 @@ STRATA_AVX512 STRATA_INLINE void store_out(float* out, __m512 a0, __m512 a1, __m
   }
 }
 
-// K blocks of software prefetch. Groups are contiguous in the packed layouts, so prefetching
+// K blocks of scale prefetch. Groups are contiguous in the packed layouts, so prefetching
 // block kb + kAhead of a group's last blocks reads the next group's first ones (the next call
 // of a row range); past the array's end it is a no-op (prefetches never fault).
 constexpr int kAhead = 8;
@@ -180,8 +190,6 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
   const int bk = s.bk;
   const int64_t K = s.k, nkb = K / bk;
   const int64_t act_per = a.block / bk, ldsx = K / a.block;
-  constexpr int bpk = kFp4 ? kTile / 2 : kTile;
-  const int64_t blk = static_cast<int64_t>(bk) * bpk;  // bytes of one tile's K block
   const __m512 zero = _mm512_setzero_ps();
   __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // row 0, tile pairs 0..3
   __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;  // row 1
@@ -191,9 +199,9 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
+    prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
     const Partials P =
-        chain_block<kFp4, kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk);
+        chain_block<kFp4, kRows>(s.pcodes(t0, kb), bk, xr0 + kb * bk, xr1 + kb * bk);
     scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
                      a2, a3, b0, b1, b2, b3);
     if (++ai == act_per) {  // activation scale index kb / act_per without a division
@@ -204,57 +212,99 @@ STRATA_AVX512 void group512(const QuantActs& a, const Src& s, int64_t t0, int64_
   store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
-// ---- FP8 extension decode (chain path with simd::fp8_weights, ~1.75 decode ops per 16
-// weights instead of ~6) ----
-// The weights decode to value x 2^-120 and the activations are pre-scaled by 2^112 (exact for
-// |x| < 2^15), so every FMA sees the product x·v·2^-8, as the F16C decode does: the partials
-// are the same bits as chain_block's. (Tried: two groups at once for 8 FMA chains at M = 1;
-// slower, the registers spill.)
-
-// Partials of one K block (base: 8 tiles x blk bytes) for activation rows x0 (p*) and, when
-// kRows == 2, x1 (q*).
-template <int kRows>
-STRATA_AVX512_EXT STRATA_INLINE Partials chain_block_fp8_ext(const uint8_t* base, int64_t blk,
-                                                             int bk, const float* x0,
-                                                             const float* x1,
-                                                             const simd::Fp8Tables& T) {
-  const __m512 zero = _mm512_setzero_ps();
-  Partials P{zero, zero, zero, zero, zero, zero, zero, zero};
-  for (int c = 0; c < bk; c += 4) {
-    const uint8_t* a = base + c * kTile;
-    const simd::Fp8Pair a0 = simd::fp8_pair(a, blk), a1 = simd::fp8_pair(a + 2 * blk, blk);
-    const simd::Fp8Pair a2 = simd::fp8_pair(a + 4 * blk, blk), a3 = simd::fp8_pair(a + 6 * blk, blk);
-    for (int k = 0; k < 4; ++k) {
-      const __m512i idx = _mm512_load_si512(T.idx[k]);
-      fma_step<kRows>(P, x0, x1, c + k, simd::fp8_weights(a0, idx), simd::fp8_weights(a1, idx),
-                      simd::fp8_weights(a2, idx), simd::fp8_weights(a3, idx));
+// ---- FP8 dot path ----
+// E4M3 values (weights and activations, subnormals included) are normal bf16 numbers, and
+// every nonzero product or partial sum is a multiple of 2^-18: the instruction's DAZ/FTZ
+// never trigger. So this path gives the chain's bits on every input (tested against the
+// scalar reference in block_gemm_ext_test.cc). The partials are true values (no 2^-8 factor).
+struct Fp8DotTables {
+  alignas(64) uint8_t lo[128];    // bf16 low byte of the E4M3 magnitude code c (0..127)
+  alignas(64) uint8_t top[128];   // bf16 top byte (sign clear)
+  alignas(64) uint8_t idx[2][64]; // K pairs (0,1) and (2,3) of a joined 4-K chunk
+  Fp8DotTables() {
+    for (int c = 0; c < 128; ++c) {
+      const float v = c == 0x7F ? 480.0f : quant::e4m3_decode(static_cast<uint8_t>(c));
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      lo[c] = static_cast<uint8_t>(bits >> 16);
+      top[c] = static_cast<uint8_t>(bits >> 24);
     }
+    for (int p = 0; p < 2; ++p)
+      for (int b = 0; b < 64; ++b) {
+        const int l = b / 4, sub = b % 4;
+        const int k = 2 * p + (sub < 2 ? 1 : 0);  // low word: k+1, high word: k
+        idx[p][b] = static_cast<uint8_t>((sub % 2) * 64 + (l / 8) * 32 + k * 8 + l % 8);
+      }
   }
-  return P;
+};
+const Fp8DotTables& fp8_dot_tables() {
+  static const Fp8DotTables t;
+  return t;
 }
 
-// Rows [g0, g0 + 64) (tiles t0..t0+7), activation rows m0..m0+kRows-1; out [kRows][64].
+// Exact partials (true values) of one K block (bk % 4 == 0) for activation rows xp0 / xp1
+// (bf16 pairs, fp8_dot_pairs layout).
 template <int kRows>
-STRATA_AVX512_EXT void group512_fp8_ext(const QuantActs& a, const Src& s, int64_t t0,
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
+                                                       const uint32_t* xp0, const uint32_t* xp1,
+                                                       const Fp8DotTables& T) {
+  const __m512i lo0 = _mm512_load_si512(T.lo), lo1 = _mm512_load_si512(T.lo + 64);
+  const __m512i tp0 = _mm512_load_si512(T.top), tp1 = _mm512_load_si512(T.top + 64);
+  const __m512i i01 = _mm512_load_si512(T.idx[0]), i23 = _mm512_load_si512(T.idx[1]);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512 zero = _mm512_setzero_ps();
+  // locals, not Partials members: GCC kept the members on the stack across iterations
+  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  for (int c = 0; c < bk; c += 4) {
+    const __m512bh xa01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2]));
+    const __m512bh xa23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2 + 1]));
+    __m512bh xb01 = xa01, xb23 = xa23;
+    if constexpr (kRows == 2) {
+      xb01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2]));
+      xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
+    }
+    const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
+    simd::prefetch_stream<4>(a);
+#define STRATA_FP8_DOT(acc, accb, t2)                                                        \
+  {                                                                                          \
+    const __m512i j = _mm512_loadu_si512(a + (t2) * 64);                                     \
+    const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);                               \
+    const __m512i top = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tp0, j, tp1), j, \
+                                                  sign, 0xF8);                               \
+    const __m512bh w01 = (__m512bh)_mm512_permutex2var_epi8(lob, i01, top);                  \
+    const __m512bh w23 = (__m512bh)_mm512_permutex2var_epi8(lob, i23, top);                  \
+    acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);                     \
+    if constexpr (kRows == 2)                                                                \
+      accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);                 \
+  }
+    STRATA_FP8_DOT(p0, q0, 0)
+    STRATA_FP8_DOT(p1, q1, 1)
+    STRATA_FP8_DOT(p2, q2, 2)
+    STRATA_FP8_DOT(p3, q3, 3)
+#undef STRATA_FP8_DOT
+  }
+  return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+}
+
+template <int kRows>
+STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_t t0,
                                         int64_t m0, const ExtActs& d, float* out) {
   const int bk = s.bk;
   const int64_t K = s.k, nkb = K / bk;
   const int64_t act_per = a.block / bk, ldsx = K / a.block;
-  const int64_t blk = static_cast<int64_t>(bk) * kTile;
-  const simd::Fp8Tables& T = simd::fp8_tables();
-  const __m512 zero = _mm512_setzero_ps();
+  const Fp8DotTables& T = fp8_dot_tables();
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
   __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
-  const __m512 fold = _mm512_set1_ps(256.0f);
-  const float* xr0 = d.xs.data() + m0 * K;
-  const float* xr1 = xr0 + K;
+  const uint32_t* xp0 = d.pairs.data() + m0 * (K / 2);
+  const uint32_t* xp1 = xp0 + K / 2;
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
-    const Partials P =
-        chain_block_fp8_ext<kRows>(s.pcodes(t0, kb), blk, bk, xr0 + kb * bk, xr1 + kb * bk, T);
-    scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
+    prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
+    const Partials P = dot_block_fp8<kRows>(s.pcodes(t0, kb), bk, xp0 + kb * bk / 2,
+                                            xp1 + kb * bk / 2, T);
+    scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
                      a2, a3, b0, b1, b2, b3);
     if (++ai == act_per) {
       ai = 0;
@@ -327,19 +377,20 @@ STRATA_AVX512_EXT STRATA_INLINE __m512 dot_rows(__m512 a, __m512 b, __m512i rows
 template <int kRows>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint32_t* xq0,
                                                    const uint32_t* xq1, const DotTables& T) {
-  constexpr int64_t blk = 32 * kTile / 2;  // 128 bytes of one tile's K block
+  constexpr int64_t ts = kPackChunkK * kTile / 2;  // 16 bytes: the next tile of a chunk
   const __m512i ctrl = _mm512_load_si512(T.ctrl);
   const __m512i table = _mm512_load_si512(T.value);
   const __m512 z = _mm512_setzero_ps();
   __m512 e0 = z, e1 = z, e2 = z, e3 = z, e4 = z, e5 = z, e6 = z, e7 = z;  // row 0, tiles 0-7
   __m512 f0 = z, f1 = z, f2 = z, f3 = z, f4 = z, f5 = z, f6 = z, f7 = z;  // row 1
   for (int j = 0; j < 16; j += 2) {
-    const uint8_t* c = base + j * 8;  // pairs j, j+1: 16 bytes per tile
+    const uint8_t* c = base + packed_k_offset(2 * j, kTile / 2);  // pairs j, j+1: one chunk
+    simd::prefetch_stream<2>(c);
     const __m512bh xa = (__m512bh)_mm512_broadcast_i32x4(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq0 + j * 2)));
 #define STRATA_DOT(acc, accb, t)                                   \
   {                                                                \
-    const __m512bh w = dot_weights(c + (t) * blk, ctrl, table);    \
+    const __m512bh w = dot_weights(c + (t) * ts, ctrl, table);     \
     acc = _mm512_dpbf16_ps(acc, w, xa);                            \
     if constexpr (kRows == 2) accb = _mm512_dpbf16_ps(accb, w, xb); \
   }
@@ -374,7 +425,6 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
                                         int64_t m0, const ExtActs& d,
                                         float* out /*[kRows][64]*/) {
   constexpr int bk = 32;
-  constexpr int64_t blk = bk * kTile / 2;
   const int64_t K = s.k, nkb = K / bk;
   const int64_t act_per = a.block / bk, ldsx = K / a.block;
   const DotTables& T = dot_tables();
@@ -391,7 +441,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    prefetch_block(s, t0, kb + kAhead, kPackGroup * blk);  // runs on into the next group
+    prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
     const uint8_t* base = s.pcodes(t0, kb);
     const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
     if (exact) {
@@ -399,7 +449,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
       scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
                        a1, a2, a3, b0, b1, b2, b3);
     } else {
-      const Partials P = chain_block<true, kRows>(base, blk, bk, xr0 + kb * bk, xr1 + kb * bk);
+      const Partials P = chain_block<true, kRows>(base, bk, xr0 + kb * bk, xr1 + kb * bk);
       scale_add<kRows>(P, s.pscales(t0, kb), fold, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
                        a1, a2, a3, b0, b1, b2, b3);
     }
@@ -415,8 +465,49 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
 
 }  // namespace
 
+// The FP8 dot path relies on VDPBF16PS computing acc = (acc + hi·hi) + lo·lo with one RNE
+// rounding per addition, as the Intel SDM's pseudo-code defines it. Checked once against that
+// definition (std::fma on exact products) on random operands where the orders and a single
+// rounding of both products differ; a CPU that disagrees keeps the chain path.
+STRATA_AVX512_EXT bool dpbf16_sequential_probe() {
+  uint64_t r = 0x243F6A8885A308D3ull;
+  auto next = [&r] {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return r;
+  };
+  auto bf16 = [](uint64_t v) {  // normal bf16, exponent 2^-15..2^14, random sign/mantissa
+    return static_cast<uint16_t>(((v & 1) << 15) | ((112 + (v >> 1) % 30) << 7) | ((v >> 8) & 0x7F));
+  };
+  auto f32 = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  for (int i = 0; i < 4096; ++i) {
+    const uint16_t a0 = bf16(next()), a1 = bf16(next()), b0 = bf16(next()), b1 = bf16(next());
+    const uint64_t v = next();
+    const float acc = f32(static_cast<uint32_t>(((v & 1) << 31) | ((110 + (v >> 1) % 40) << 23) |
+                                                ((v >> 8) & 0x7FFFFF)));
+    const __m512bh A = (__m512bh)_mm512_set1_epi32(static_cast<int>(a0 | (uint32_t{a1} << 16)));
+    const __m512bh B = (__m512bh)_mm512_set1_epi32(static_cast<int>(b0 | (uint32_t{b1} << 16)));
+    const float got = _mm512_cvtss_f32(_mm512_dpbf16_ps(_mm512_set1_ps(acc), A, B));
+    const float p1 = f32(uint32_t{a1} << 16) * f32(uint32_t{b1} << 16);  // exact
+    const float p0 = f32(uint32_t{a0} << 16) * f32(uint32_t{b0} << 16);
+    const float want = std::fma(1.0f, p0, acc + p1);
+    if (std::memcmp(&got, &want, 4) != 0) return false;
+  }
+  return true;
+}
+
+bool dpbf16_is_sequential() {
+  static const bool ok = dpbf16_sequential_probe();
+  return ok;
+}
+
 void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
-  d->fp8 = d->fp4_dot = false;
+  d->fp4_dot = d->fp8_dot = false;
   if (!avx512_ext_active() || a.m > 4) return;
   const int64_t K = a.k;
   if (s.kind == Src::kFp4Packed) {
@@ -438,17 +529,19 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
         d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;
     }
     d->fp4_dot = true;
-  } else if (s.kind == Src::kFp8Packed && s.bk % 4 == 0) {
-    const int64_t n = a.m * K;
-    d->xs.resize(static_cast<size_t>(n));
-    bool ok = true;
-    const float scale = std::ldexp(1.0f, 112);
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = a.q[i];
-      if (!(std::fabs(v) < 32768.0f)) ok = false;
-      d->xs[static_cast<size_t>(i)] = v * scale;
+  } else if (s.kind == Src::kFp8Packed && s.bk % 4 == 0 && dpbf16_is_sequential()) {
+    // bf16 pairs: K index 2j in the high word (VDPBF16PS adds it first), 2j+1 in the low.
+    // E4M3 values are bf16 values; anything else (a contract violation) takes the chain path.
+    d->pairs.resize(static_cast<size_t>(a.m * K / 2));
+    uint32_t low_bits = 0;
+    for (int64_t i = 0; i < a.m * K / 2; ++i) {
+      uint32_t even, odd;
+      std::memcpy(&even, &a.q[2 * i], 4);
+      std::memcpy(&odd, &a.q[2 * i + 1], 4);
+      low_bits |= (even | odd) & 0xFFFFu;
+      d->pairs[static_cast<size_t>(i)] = (even & 0xFFFF0000u) | (odd >> 16);
     }
-    d->fp8 = ok;
+    d->fp8_dot = low_bits == 0;
   }
 }
 
@@ -508,7 +601,7 @@ int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, f
   alignas(64) float buf[2 * kRowsPerGroup];
   const bool fp4 = s.kind == Src::kFp4Packed;
   const bool dot = fp4 && ext != nullptr && ext->fp4_dot;
-  const bool ext8 = !fp4 && ext != nullptr && ext->fp8;
+  const bool dot8 = !fp4 && ext != nullptr && ext->fp8_dot;
   int64_t g0 = n_begin;
   for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
     for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
@@ -517,9 +610,9 @@ int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, f
       if (dot) {
         if (rows == 2) group512_fp4_dot<2>(a, s, t0, m0, *ext, buf);
         else group512_fp4_dot<1>(a, s, t0, m0, *ext, buf);
-      } else if (ext8) {
-        if (rows == 2) group512_fp8_ext<2>(a, s, t0, m0, *ext, buf);
-        else group512_fp8_ext<1>(a, s, t0, m0, *ext, buf);
+      } else if (dot8) {
+        if (rows == 2) group512_fp8_dot<2>(a, s, t0, m0, *ext, buf);
+        else group512_fp8_dot<1>(a, s, t0, m0, *ext, buf);
       } else if (fp4) {
         if (rows == 2) group512<true, 2>(a, s, t0, m0, buf);
         else group512<true, 1>(a, s, t0, m0, buf);

@@ -1,7 +1,7 @@
 // Tests for the AVX-512 extension paths of the decode GEMMs (kernels/block_gemm_avx512.cc):
 // the exactness predicate that lets the FP4 path reorder its block sums, and bit-exact
 // agreement with a scalar transcription of the reference loop on inputs built to send some
-// blocks down each branch (dot path, chain fallback; FP8 extension decode and its fallback).
+// blocks down each branch (FP4 dot path and chain fallback; FP8 dot path and chain fallback).
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -137,40 +137,61 @@ TEST(BlockGemmExt, Fp4MixedExactAndFallbackBlocksBitExact) {
   set_avx512_ext_enabled(true);
 }
 
-TEST(BlockGemmExt, Fp8ExtensionDecodeAllCodesAndLargeActivationFallback) {
-  // Every non-NaN E4M3 code (subnormals, both zeros) in a 128-row weight; then activations beyond the 2^15 pre-scale range (not E4M3 values, so
-  // only a contract violation produces them) must take the fallback with the same bits.
-  const int64_t K = 256, N = 128, bk = 32, nkb = K / bk;
-  std::vector<uint8_t> w(N * K);
-  for (int64_t i = 0; i < N * K; ++i) {
-    w[i] = static_cast<uint8_t>((i * 37 + i / K) & 0xFF);
-    if ((w[i] & 0x7F) == 0x7F) w[i] = 0x7E;  // the scalar path decodes NaN codes as NaN
-  }
-  std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
-  for (size_t i = 0; i < wsf.size(); ++i) wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
-  std::mt19937 g(3);
-  std::uniform_int_distribution<int> code(0, 255);
-  for (float big : {0.0f, 65536.0f}) {
-    std::vector<float> q(2 * K), s(2 * nkb);
-    for (auto& v : q) {
-      int c = code(g);
-      if ((c & 0x7F) == 0x7F) c = 0x7E;
-      v = dec_e4m3(static_cast<uint8_t>(c));
+// The FP8 dot path (VDPBF16PS in the chain's order) against the scalar reference loop:
+// every non-NaN E4M3 code (subnormals, both zeros) in the weights and activations, 32- and
+// 128-wide blocks, M = 1..4, 1 and 2 threads, a ragged last group (AVX2 rows), an activation
+// of 65536 (bf16-exact, so still the dot path), and a non-bf16 activation (a contract
+// violation) that must take the chain path with the same bits.
+TEST(BlockGemmExt, Fp8DotPathAllCodesBitExact) {
+  for (int64_t bk : {32, 128}) {
+    const int64_t K = 4 * bk, N = 200, nkb = K / bk;
+    std::vector<uint8_t> w(N * K);
+    for (int64_t i = 0; i < N * K; ++i) {
+      w[i] = static_cast<uint8_t>((i * 37 + i / K) & 0xFF);
+      if ((w[i] & 0x7F) == 0x7F) w[i] = 0x7E;  // the scalar path decodes NaN codes as NaN
     }
-    for (size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
-    if (big != 0.0f) q[17] = big;
-    const Fp8BlockWeight W{w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk),
-                           static_cast<int>(bk)};
-    const PackedFp8Weight P = pack_fp8_weight(W);
-    for (int64_t m : {1, 2}) {
-      const QuantActs a{q.data(), s.data(), m, K, static_cast<int>(bk)};
-      std::vector<float> expect(m * N), y(m * N);
-      ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
-      for (bool ext : {false, true}) {
-        set_avx512_ext_enabled(ext);
-        fp8_gemm_packed(a, P, y.data(), OutRound::kF32, nullptr);
-        for (int64_t i = 0; i < m * N; ++i)
-          ASSERT_EQ(y[i], expect[i]) << "big=" << big << " m=" << m << " ext=" << ext;
+    std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
+    for (size_t i = 0; i < wsf.size(); ++i) wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
+    std::mt19937 g(3);
+    std::uniform_int_distribution<int> code(0, 255);
+    for (float odd : {0.0f, 65536.0f, 1.0f + std::ldexp(1.0f, -20)}) {
+      std::vector<float> q(4 * K), s(4 * nkb);
+      for (auto& v : q) {
+        int c = code(g);
+        if ((c & 0x7F) == 0x7F) c = 0x7E;
+        v = dec_e4m3(static_cast<uint8_t>(c));
+      }
+      for (size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
+      if (odd != 0.0f) q[17] = odd;
+      const Fp8BlockWeight W{w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk),
+                             static_cast<int>(bk)};
+      const PackedFp8Weight P = pack_fp8_weight(W);
+      ThreadPool pool(2);
+      for (int64_t m = 1; m <= 4; ++m) {
+        const QuantActs a{q.data(), s.data(), m, K, static_cast<int>(bk)};
+        std::vector<float> expect(m * N), y(m * N);
+        ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
+        for (bool ext : {false, true}) {
+          set_avx512_ext_enabled(ext);
+          if (ext && avx512_ext_active()) {  // the path under test is the one that runs
+            detail::Src src{};
+            src.kind = detail::Src::kFp8Packed;
+            src.n = N;
+            src.k = K;
+            src.bk = static_cast<int>(bk);
+            detail::ExtActs e;
+            detail::prepare_ext_acts(a, src, &e);
+            const bool bf16_acts = !(odd > 1.0f && odd < 2.0f);
+            EXPECT_EQ(e.fp8_dot, bf16_acts && detail::dpbf16_is_sequential()) << "odd=" << odd;
+          }
+          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(y.begin(), y.end(), -1.0f);
+            fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
+            for (int64_t i = 0; i < m * N; ++i)
+              ASSERT_EQ(y[i], expect[i]) << "bk=" << bk << " odd=" << odd << " m=" << m
+                                         << " ext=" << ext << " i=" << i;
+          }
+        }
       }
     }
   }

@@ -65,14 +65,16 @@ struct Src {
 
 // Activation-side data of the AVX-512 extension paths (kernels::avx512_ext_active()),
 // made once per GEMM call before the pool dispatch and then only read, by every thread:
-//   FP8: xs = x·2^112 [M][K], usable when every |x| < 2^15 (fp8);
+//   FP8 dot path: x as bf16 pairs, pairs[m][j] = K index 2j in the HIGH half of the dword,
+//   2j+1 in the low half (fp8_dot: every x is a bf16 value and the CPU's VDPBF16PS passed
+//   dpbf16_is_sequential);
 //   FP4 dot path: x as bf16 pairs laid out for 128-bit broadcasts, quad[m][j / 2] = {pair j,
 //   pair j, pair j+1, pair j+1} (K index 2j in the low half of a dword), and per 32-wide K
 //   block whether fp4_block_sums_exact holds (fp4_dot).
 struct ExtActs {
-  bool fp8 = false;
   bool fp4_dot = false;
-  std::vector<float> xs;        // [M][K]
+  bool fp8_dot = false;
+  std::vector<uint32_t> pairs;  // [M][K/2]
   std::vector<uint32_t> quad;   // [M][K/4][4]
   std::vector<uint8_t> exact;   // [M][K/32]
 };
@@ -102,5 +104,11 @@ void accumulate_panel32_avx512(const float* panel32, const float* sws, int bk,
 // E2M1 value is a multiple of 0.5 with |w| ≤ 6, so all partial sums are multiples of
 // G = 0.5·min_k lsb(x[k]) bounded by B = 6·Σ|x[k]|; they are exact when B ≤ 2^24·G.
 bool fp4_block_sums_exact(const float* x32);
+
+// True when this CPU's VDPBF16PS adds its two products one after the other, odd (high) word
+// first, each addition rounded to f32 (RNE), as the Intel SDM defines it: then the FP8 dot
+// path is exactly the scalar sequential-FMA chain. Probed once on the first call; call only
+// when kernels::avx512_ext_active().
+bool dpbf16_is_sequential();
 
 }  // namespace strata::kernels::detail

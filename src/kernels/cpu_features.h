@@ -31,9 +31,9 @@ bool cpu_has_avx512();
 bool avx512_active();
 void set_avx512_enabled(bool on);
 // AVX-512 extension paths of the decode kernels (kernels/block_gemm_avx512.cc), on top of
-// avx512_active() when the CPU has AVX512_VBMI and AVX512_BF16: FP8 weights decoded with one
-// VPERMT2B byte permute, FP4 weights multiplied by VDPBF16PS on activation blocks whose
-// partial sums are provably exact. Default enabled unless the environment sets
+// avx512_active() when the CPU has AVX512_VBMI and AVX512_BF16: FP8 weights multiplied by
+// VDPBF16PS in the chain's order (kernels/block_gemm_avx512.cc), FP4 weights multiplied by
+// VDPBF16PS on activation blocks whose partial sums are provably exact. Default enabled unless the environment sets
 // STRATA_AVX512_EXT=0; results are bit-identical either way.
 bool cpu_has_avx512_ext();
 bool avx512_ext_active();

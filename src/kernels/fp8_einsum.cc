@@ -42,7 +42,8 @@ const Table kTable;
 inline float weight_at(const PackedFp8Weight& w, int64_t t, int l, int64_t k) {
   const int64_t nkb = w.k / w.block_k, bk = w.block_k;
   const float s = detail::packed_scale_ref(w, t, k / bk, nkb).at(l);
-  return kTable.v[w.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + (k % bk) * kTile + l]] * s;
+  return kTable.v[w.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) +
+                            packed_k_offset(k % bk, kTile) + l]] * s;
 }
 
 void tiles_scalar(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
@@ -90,7 +91,7 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
         const __m256d x1 = _mm256_set1_pd(static_cast<double>(xr[j + 1]));
         for (int i = 0; i < kNt; ++i) {
           __m256 w0, w1;
-          simd::decode16_e4m3(src[i] + j * kTile, &w0, &w1);
+          simd::decode16_e4m3(src[i] + packed_k_offset(j, kTile), &w0, &w1);
           w0 = _mm256_mul_ps(w0, sc[i]);
           w1 = _mm256_mul_ps(w1, sc[i]);
           a[i][0] = _mm256_fmadd_pd(x0, _mm256_cvtps_pd(_mm256_castps256_ps128(w0)), a[i][0]);
@@ -114,6 +115,8 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // 64 f64 accumulators (8 tiles x 8 rows) of one activation row: named members, so GCC keeps
 // them in registers.
+// Bytes between consecutive tiles of a packed chunk (block_gemm.h layout).
+constexpr int64_t kTs = kPackChunkK * kTile;
 struct Acc64 {
   __m512d a0, a1, a2, a3, a4, a5, a6, a7;
 };
@@ -151,15 +154,13 @@ STRATA_AVX512 inline __attribute__((always_inline)) void store_acc(double* p, co
   _mm512_storeu_pd(p + 56, A.a7);
 }
 
-// Prefetch of group t's K block kb + 8 (on into the next group, which is contiguous; a
-// prefetch past the end never faults).
+// Prefetch of group t's row scales of K block kb + 8 (the codes are prefetched by the chunk
+// loops, simd::prefetch_stream; a prefetch past the end never faults).
 STRATA_AVX512 inline __attribute__((always_inline)) void prefetch_ahead(const PackedFp8Weight& w,
                                                                         int64_t t, int64_t kb) {
-  const int64_t nkb = w.k / w.block_k;
-  const char* c = reinterpret_cast<const char*>(w.codes.data()) +
-                  packed_code_offset(t, kb + 8, nkb, w.block_k, kTile);
-  for (int64_t off = 0; off < kPackGroup * w.block_k * kTile; off += 64)
-    _mm_prefetch(c + off, _MM_HINT_T0);
+  const detail::ScaleRef r = detail::packed_scale_ref(w, t, kb + 8, w.k / w.block_k);
+  const char* c = static_cast<const char*>(r.addr());
+  for (int off = 0; off < 64 * r.bytes_per_scale(); off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 // The group's 64 row scales of one K block, times `fold`.
 STRATA_AVX512 inline __attribute__((always_inline)) __m512 scales16(const detail::ScaleRef& r,
@@ -194,17 +195,18 @@ STRATA_AVX512 inline __attribute__((always_inline)) GroupBlock group_block(
 }
 
 // K indices k (u*) and k + 1 (v*) of a group's 64 rows (tile pairs 0-1, 2-3, 4-5, 6-7), decoded
-// from the block at `base` (+off = k·8) and times the row scales s0..s3: u = fl32(v·2^-8 · s·256).
+// from the block at `base` (+off = packed_k_offset(k, 8); tile i at +i·ts, ts = 32 bytes) and
+// times the row scales s0..s3: u = fl32(v·2^-8 · s·256).
 struct Scaled2 {
   __m512 u0, u1, u2, u3, v0, v1, v2, v3;
 };
 STRATA_AVX512 inline __attribute__((always_inline)) Scaled2 decode_scaled2(
-    const uint8_t* base, int64_t off, int64_t blk, __m512 s0, __m512 s1, __m512 s2, __m512 s3) {
+    const uint8_t* base, int64_t off, int64_t ts, __m512 s0, __m512 s1, __m512 s2, __m512 s3) {
   Scaled2 d;
-  simd::decode_pair512<false>(base + off, base + blk + off, &d.u0, &d.v0);
-  simd::decode_pair512<false>(base + 2 * blk + off, base + 3 * blk + off, &d.u1, &d.v1);
-  simd::decode_pair512<false>(base + 4 * blk + off, base + 5 * blk + off, &d.u2, &d.v2);
-  simd::decode_pair512<false>(base + 6 * blk + off, base + 7 * blk + off, &d.u3, &d.v3);
+  simd::decode_pair512<false>(base + off, base + ts + off, &d.u0, &d.v0);
+  simd::decode_pair512<false>(base + 2 * ts + off, base + 3 * ts + off, &d.u1, &d.v1);
+  simd::decode_pair512<false>(base + 4 * ts + off, base + 5 * ts + off, &d.u2, &d.v2);
+  simd::decode_pair512<false>(base + 6 * ts + off, base + 7 * ts + off, &d.u3, &d.v3);
   d.u0 = _mm512_mul_ps(d.u0, s0);
   d.u1 = _mm512_mul_ps(d.u1, s1);
   d.u2 = _mm512_mul_ps(d.u2, s2);
@@ -219,7 +221,7 @@ STRATA_AVX512 inline __attribute__((always_inline)) Scaled2 decode_scaled2(
 // acc[r][8 tiles][8 rows] (f64) over all K for tiles t..t+7 (t % 8 == 0).
 STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                                  int64_t t, double* acc) {
-  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
   const __m512 fold = _mm512_set1_ps(256.0f);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const GroupBlock gb = group_block(w, t, kb, fold);
@@ -230,7 +232,8 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
       Acc64 A = load_acc(ar);
       const float* xr = x + r * ldx + kb * bk;
       for (int64_t j = 0; j < bk; j += 2) {
-        const Scaled2 d = decode_scaled2(base, j * kTile, blk, s0, s1, s2, s3);
+        if (r == 0 && j % kPackChunkK == 0) simd::prefetch_stream<4>(base + packed_k_offset(j, kTile));
+        const Scaled2 d = decode_scaled2(base, packed_k_offset(j, kTile), kTs, s0, s1, s2, s3);
         fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j])), d.u0, d.u1, d.u2, d.u3);
         fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j + 1])), d.v0, d.v1, d.v2, d.v3);
       }
@@ -245,7 +248,7 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
 // decoding the block again for every row.
 STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
                                       const PackedFp8Weight& w, int64_t t, double* acc) {
-  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
   const __m512 fold = _mm512_set1_ps(256.0f);
   thread_local std::vector<double> ubuf;
   ubuf.resize(static_cast<size_t>(bk * 64));
@@ -266,7 +269,8 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
     const uint8_t* base = gb.base;
     const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     for (int64_t j = 0; j < bk; j += 2) {
-      const Scaled2 d = decode_scaled2(base, j * kTile, blk, s0, s1, s2, s3);
+      if (j % kPackChunkK == 0) simd::prefetch_stream<4>(base + packed_k_offset(j, kTile));
+      const Scaled2 d = decode_scaled2(base, packed_k_offset(j, kTile), kTs, s0, s1, s2, s3);
       put(u + j * 64, d.u0, d.u1, d.u2, d.u3);
       put(u + (j + 1) * 64, d.v0, d.v1, d.v2, d.v3);
     }
@@ -299,7 +303,7 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
 STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
                                                 const PackedFp8Weight& w, int64_t t,
                                                 double* acc) {
-  const int64_t K = w.k, bk = w.block_k, nkb = K / bk, blk = bk * kTile;
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
   if (bk % 4 != 0) return false;
   const __m512 fold = _mm512_set1_ps(std::ldexp(1.0f, 120));
   const __m512 limit = _mm512_set1_ps(128.0f);
@@ -322,9 +326,10 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
     const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     const float* xr = x + kb * bk;
     for (int64_t c = 0; c < bk; c += 4) {
-      const uint8_t* q = base + c * kTile;
-      const simd::Fp8Pair p0 = simd::fp8_pair(q, blk), p1 = simd::fp8_pair(q + 2 * blk, blk);
-      const simd::Fp8Pair p2 = simd::fp8_pair(q + 4 * blk, blk), p3 = simd::fp8_pair(q + 6 * blk, blk);
+      const uint8_t* q = base + packed_k_offset(c, kTile);
+      simd::prefetch_stream<4>(q);
+      const simd::Fp8Pair p0 = simd::fp8_pair(q, kTs), p1 = simd::fp8_pair(q + 2 * kTs, kTs);
+      const simd::Fp8Pair p2 = simd::fp8_pair(q + 4 * kTs, kTs), p3 = simd::fp8_pair(q + 6 * kTs, kTs);
       for (int k = 0; k < 4; ++k) {
         const __m512i idx = _mm512_load_si512(T.idx[k]);
         const __m512 u0 = _mm512_fmadd_ps(simd::fp8_weights(p0, idx), s0, nz);
