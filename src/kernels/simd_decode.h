@@ -77,7 +77,7 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
 // block instead, 128 prefetches at a time, the fill buffers ran out and stalled the kernel:
 // FP8 decode streamed 15 GB/s from DRAM on one core of the dev VM instead of 20-21; 2-8 KB
 // ahead measured best.) Prefetches past the end of an array never fault.
-inline constexpr int64_t kPrefetchBytes = 4096;
+inline constexpr int64_t kPrefetchBytes = 8192;
 template <int kLines>
 STRATA_TARGET_AVX512 inline __attribute__((always_inline)) void prefetch_stream(const uint8_t* p) {
   const char* c = reinterpret_cast<const char*>(p) + kPrefetchBytes;
