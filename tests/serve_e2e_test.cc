@@ -138,6 +138,81 @@ TEST_F(ServeE2eTest, GreedyCompletionMatchesGenerate) {
   EXPECT_EQ(finish, ref->stopped_by_token ? "stop" : "length");
 }
 
+// vLLM's return_token_ids: the ids the server tokenized and generated, next to the text,
+// checked against the direct generate() loop; in streaming the chunks' ids concatenate to the
+// same list and prompt_token_ids comes once, on the first chunk.
+TEST_F(ServeE2eTest, ReturnTokenIdsMatchGenerate) {
+  RunnerOptions ro;
+  ro.threads = 1;
+  auto runner = make_model_runner(source_dir() + "/models/stories260K", ro);
+  ASSERT_TRUE(runner.ok());
+  auto tok = load_tokenizer_from_dir(source_dir() + "/models/stories260K");
+  ASSERT_TRUE(tok.ok());
+  GenerateOptions go;
+  go.max_tokens = 30;
+  go.sampling.temperature = 0;
+  auto ref = generate(**runner, **tok, "Once upon a time", go);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_FALSE(ref->generated_ids.empty());
+
+  auto r = http_post(port(), "/v1/completions",
+                     R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "return_token_ids": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["prompt_token_ids"].get<std::vector<int32_t>>(), ref->prompt_ids);
+  std::vector<int32_t> ids = c["token_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(static_cast<int64_t>(ids.size()), j["usage"]["completion_tokens"].get<int64_t>());
+  // the stop token (if any) is the last id; the text has everything before it
+  std::vector<int32_t> without_stop = ids;
+  if (ref->stopped_by_token) without_stop.pop_back();
+  EXPECT_EQ(without_stop, ref->generated_ids);
+  EXPECT_EQ(c["text"], ref->text);
+
+  auto plain = json::parse(http_post(port(), "/v1/completions",
+                                     R"({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0})")
+                               .body);
+  EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(plain["choices"][0].contains("prompt_token_ids"));
+
+  auto s = http_post(port(), "/v1/completions",
+                     R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": true, "return_token_ids": true})");
+  ASSERT_EQ(s.status, 200);
+  std::vector<int32_t> streamed;
+  int with_prompt = 0, with_ids = 0;
+  bool first = true;
+  for (const std::string& d : s.data) {
+    json ch = json::parse(d);
+    if (ch["choices"].empty()) continue;
+    const json& cc = ch["choices"][0];
+    if (cc.contains("prompt_token_ids")) {
+      ++with_prompt;
+      EXPECT_TRUE(first);
+      EXPECT_EQ(cc["prompt_token_ids"].get<std::vector<int32_t>>(), ref->prompt_ids);
+    }
+    first = false;
+    if (cc.contains("token_ids")) {
+      ++with_ids;
+      for (int32_t t : cc["token_ids"].get<std::vector<int32_t>>()) streamed.push_back(t);
+    }
+  }
+  EXPECT_GE(with_ids, 1);
+  EXPECT_EQ(with_prompt, 1);
+  EXPECT_EQ(streamed, ids);
+
+  // chat: prompt_token_ids at the top level, token_ids on the choice
+  auto ch = http_post(port(), "/v1/chat/completions",
+                      R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0, "return_token_ids": true})");
+  ASSERT_EQ(ch.status, 200) << ch.body;
+  json jc = json::parse(ch.body);
+  EXPECT_TRUE(jc["prompt_token_ids"].is_array());
+  EXPECT_EQ(jc["prompt_token_ids"].size(), jc["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_EQ(jc["choices"][0]["token_ids"].size(), jc["usage"]["completion_tokens"].get<size_t>());
+  expect_openai_error(http_post(port(), "/v1/completions",
+                                R"({"prompt": "x", "return_token_ids": "yes"})"),
+                      400);
+}
+
 TEST_F(ServeE2eTest, SeededSamplingIsReproducibleAndLogprobs) {
   const char* body = R"({"prompt": "The cat", "max_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": 7, "logprobs": 2})";
   auto a = http_post(port(), "/v1/completions", body);
@@ -391,6 +466,47 @@ TEST_F(ServeE2eTest, PreemptionUnderSmallKvCacheKeepsOutputsExact) {
   EXPECT_GT(metric(m, "strata:num_preemptions_total" + kModelLabel), 0);
   EXPECT_EQ(metric(m, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   (*small)->shutdown();
+}
+
+// A checkpoint without a tokenizer (the V4-Flash tiny golden model): prompts are token ids,
+// the text is empty, and the generated ids come back as token_ids without being asked for,
+// equal to the greedy generate_ids() loop on a separately loaded runner.
+TEST(ServeNoTokenizerTest, TokenIdsComeBackWithoutBeingAsked) {
+  const std::string dir = source_dir() + "/models/deepseek-v4flash-tiny";
+  ServeOptions o;
+  o.model_dir = dir;
+  o.http.host = "127.0.0.1";
+  o.http.port = 0;
+  o.runner.threads = 1;
+  auto stack = ServingStack::start(o);
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  const std::vector<int32_t> prompt = {5, 17, 42, 99, 7};
+  RunnerOptions ro;
+  ro.threads = 1;
+  auto runner = make_model_runner(dir, ro);
+  ASSERT_TRUE(runner.ok());
+  GenerateOptions go;
+  go.max_tokens = 6;
+  go.sampling.temperature = 0;
+  go.add_bos = false;  // the server takes an id prompt as given
+  auto ref = generate_ids(**runner, nullptr, prompt, go);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  ASSERT_FALSE(ref->generated_ids.empty());
+
+  auto r = http_post((*stack)->port(), "/v1/completions",
+                     json({{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["text"], "");
+  std::vector<int32_t> ids = j["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  if (ref->stopped_by_token) ids.pop_back();  // the stop token ends the list
+  EXPECT_EQ(ids, ref->generated_ids);
+  EXPECT_EQ(j["choices"][0]["prompt_token_ids"].get<std::vector<int32_t>>(), prompt);
+  // a text prompt is a clear 400, not an empty completion
+  auto t = http_post((*stack)->port(), "/v1/completions", R"({"prompt": "hello", "max_tokens": 2})");
+  EXPECT_EQ(t.status, 400) << t.body;
+  EXPECT_NE(t.body.find("no tokenizer"), std::string::npos) << t.body;
+  (*stack)->shutdown();
 }
 
 }  // namespace

@@ -58,6 +58,8 @@ struct SseState {
   ResponseMeta meta;
   const Tokenizer* tokenizer = nullptr;
   bool want_logprobs = false;
+  bool want_token_ids = false;         // return_token_ids, or a model without a tokenizer
+  std::vector<int32_t> prompt_ids;     // sent with the first chunk when want_token_ids
   bool include_usage = false;
   bool first = true;
   bool done = false;
@@ -89,7 +91,13 @@ bool pump_sse(SseState& st, httplib::DataSink& sink) {
     const std::vector<TokenLogprob>* lps = st.want_logprobs ? &ev->logprobs : nullptr;
     if (!ev->tokens.empty() || !ev->text.empty() ||
         (st.first && st.meta.endpoint == ApiEndpoint::kChat)) {
-      out += render_stream_chunk(st.meta, ev->text, st.first, std::nullopt, lps, st.tokenizer);
+      TokenIdsOut ids;
+      if (st.want_token_ids) {
+        ids.output = &ev->tokens;
+        if (st.first) ids.prompt = &st.prompt_ids;
+      }
+      out += render_stream_chunk(st.meta, ev->text, st.first, std::nullopt, lps, st.tokenizer,
+                                 ids);
       st.first = false;
     }
     if (ev->finished) {
@@ -223,6 +231,10 @@ void HttpServer::install_routes() {
       r.params.max_tokens = max_context - prompt_len;
     }
     const bool want_logprobs = r.params.logprobs >= 0;
+    // Without a tokenizer the text is empty: the ids are the output.
+    const bool want_token_ids = r.return_token_ids || engine_->tokenizer() == nullptr;
+    std::vector<int32_t> prompt_ids;
+    if (want_token_ids) prompt_ids = *prompt;
     auto submitted = engine_->submit(std::move(*prompt), r.params);
     if (!submitted.ok()) return send_status(res, submitted.status());
     ResponseMeta meta{ep, new_response_id(ep), static_cast<int64_t>(std::time(nullptr)),
@@ -234,6 +246,8 @@ void HttpServer::install_routes() {
       st->meta = meta;
       st->tokenizer = engine_->tokenizer();
       st->want_logprobs = want_logprobs;
+      st->want_token_ids = want_token_ids;
+      st->prompt_ids = std::move(prompt_ids);
       st->include_usage = r.include_usage;
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
@@ -248,11 +262,13 @@ void HttpServer::install_routes() {
     std::shared_ptr<RequestStream> stream = *submitted;
     std::string text;
     std::vector<TokenLogprob> lps;
+    std::vector<int32_t> out_ids;
     RequestEvent last;
     while (true) {
       auto ev = stream->next(std::chrono::milliseconds(500));
       if (!ev) continue;  // the engine always ends a request (shutdown included)
       text += ev->text;
+      out_ids.insert(out_ids.end(), ev->tokens.begin(), ev->tokens.end());
       lps.insert(lps.end(), ev->logprobs.begin(), ev->logprobs.end());
       if (ev->finished) {
         last = std::move(*ev);
@@ -268,7 +284,9 @@ void HttpServer::install_routes() {
     res.set_content(render_response(meta, text, last.finish_reason,
                                     want_logprobs ? &lps : nullptr,
                                     {last.prompt_tokens, last.completion_tokens, last.cached_tokens},
-                                    engine_->tokenizer()),
+                                    engine_->tokenizer(),
+                                    want_token_ids ? TokenIdsOut{&prompt_ids, &out_ids}
+                                                   : TokenIdsOut{}),
                     "application/json");
   };
 

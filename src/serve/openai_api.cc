@@ -186,6 +186,7 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
     STRATA_RETURN_IF_ERROR(get_token_list(body["stop_token_ids"], "stop_token_ids", &g.stop_token_ids));
   }
   STRATA_RETURN_IF_ERROR(get_bool(body, "ignore_eos", &g.ignore_eos));
+  STRATA_RETURN_IF_ERROR(get_bool(body, "return_token_ids", &r->return_token_ids));
   int64_t priority = 0;
   STRATA_RETURN_IF_ERROR(get_int(body, "priority", &priority));
   g.priority = static_cast<int32_t>(std::clamp<int64_t>(priority, INT32_MIN, INT32_MAX));
@@ -346,9 +347,20 @@ std::string render_error(const ApiError& e) {
   return dump({{"error", err}});
 }
 
+namespace {
+// Adds ids (TokenIdsOut) to a response or chunk `j` with its one choice `choice`.
+void add_token_ids(ApiEndpoint ep, const TokenIdsOut& ids, json* j, json* choice) {
+  if (ids.prompt != nullptr) {
+    (ep == ApiEndpoint::kCompletions ? *choice : *j)["prompt_token_ids"] = *ids.prompt;
+  }
+  if (ids.output != nullptr) (*choice)["token_ids"] = *ids.output;
+}
+}  // namespace
+
 std::string render_response(const ResponseMeta& meta, const std::string& text,
                             FinishReason reason, const std::vector<TokenLogprob>* logprobs,
-                            const UsageInfo& usage, const Tokenizer* tokenizer) {
+                            const UsageInfo& usage, const Tokenizer* tokenizer,
+                            const TokenIdsOut& ids) {
   json j = base_json(meta, false);
   json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
   if (meta.endpoint == ApiEndpoint::kCompletions) {
@@ -358,6 +370,7 @@ std::string render_response(const ResponseMeta& meta, const std::string& text,
     choice["message"] = {{"role", "assistant"}, {"content", text}};
     choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
   }
+  add_token_ids(meta.endpoint, ids, &j, &choice);
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(usage);
   return dump(j);
@@ -366,7 +379,7 @@ std::string render_response(const ResponseMeta& meta, const std::string& text,
 std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
                                 std::optional<FinishReason> reason,
                                 const std::vector<TokenLogprob>* logprobs,
-                                const Tokenizer* tokenizer) {
+                                const Tokenizer* tokenizer, const TokenIdsOut& ids) {
   json j = base_json(meta, true);
   json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
   if (meta.endpoint == ApiEndpoint::kCompletions) {
@@ -379,6 +392,7 @@ std::string render_stream_chunk(const ResponseMeta& meta, const std::string& tex
     choice["delta"] = delta;
     choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
   }
+  add_token_ids(meta.endpoint, ids, &j, &choice);
   j["choices"] = json::array({choice});
   return "data: " + dump(j) + "\n\n";
 }

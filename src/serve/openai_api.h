@@ -5,7 +5,7 @@
 // wrong JSON type, max_tokens <= 0, n != 1, several prompts, or malformed JSON is an
 // InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):
 // top_k, min_p, seed, ignore_eos, stop_token_ids, priority, stream_options.include_usage,
-// chat_template_kwargs.thinking, repetition_penalty; OpenAI's presence_penalty,
+// chat_template_kwargs.thinking, repetition_penalty, return_token_ids; OpenAI's presence_penalty,
 // frequency_penalty and logit_bias ({"token id": bias}) are applied (sched/request.h). Completions accept `prompt` as a string or as an array of
 // token ids (also nested once: [[ids]] or ["text"]).
 //
@@ -44,6 +44,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   bool chat_logprobs = false;              // chat: logprobs: true
+  bool return_token_ids = false;           // vLLM's return_token_ids
 };
 
 StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body);
@@ -70,16 +71,27 @@ struct UsageInfo {
   int64_t cached_tokens = 0;
 };
 
+// Token ids to put in a response (vLLM's return_token_ids; the server also sets them for a
+// model without a tokenizer, whose text is empty): `prompt` -> "prompt_token_ids" (on the
+// choice for completions, top level for chat; in streaming only on the first chunk),
+// `output` -> the choice's "token_ids" (in streaming: the chunk's new tokens). Null pointers
+// add nothing.
+struct TokenIdsOut {
+  const std::vector<int32_t>* prompt = nullptr;
+  const std::vector<int32_t>* output = nullptr;
+};
+
 // A whole (non-streaming) response.
 std::string render_response(const ResponseMeta& meta, const std::string& text,
                             FinishReason reason, const std::vector<TokenLogprob>* logprobs,
-                            const UsageInfo& usage, const Tokenizer* tokenizer);
+                            const UsageInfo& usage, const Tokenizer* tokenizer,
+                            const TokenIdsOut& ids = {});
 // One SSE event ("data: {...}\n\n") carrying a text delta and/or the finish reason.
 // `first` adds the chat role delta.
 std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
                                  std::optional<FinishReason> reason,
                                  const std::vector<TokenLogprob>* logprobs,
-                                 const Tokenizer* tokenizer);
+                                 const Tokenizer* tokenizer, const TokenIdsOut& ids = {});
 // The final usage event (stream_options.include_usage).
 std::string render_usage_chunk(const ResponseMeta& meta, const UsageInfo& usage);
 // An error as an SSE event: data: {"error": {...}}
