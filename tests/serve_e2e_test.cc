@@ -91,18 +91,21 @@ TEST_F(ServeE2eTest, HealthAndModels) {
   EXPECT_EQ(j["data"][0]["max_model_len"], 512);
 }
 
-TEST_F(ServeE2eTest, GreedyCompletionMatchesGenerate) {
-  // Reference: exec/generate.h on a separately loaded runner (no scheduler, no server).
+// Reference: exec/generate.h greedy on a separately loaded stories260K runner (no scheduler,
+// no server).
+StatusOr<GenerateResult> reference_generate(const std::string& prompt, int64_t max_tokens) {
   RunnerOptions ro;
   ro.threads = 1;
-  auto runner = make_model_runner(source_dir() + "/models/stories260K", ro);
-  ASSERT_TRUE(runner.ok());
-  auto tok = load_tokenizer_from_dir(source_dir() + "/models/stories260K");
-  ASSERT_TRUE(tok.ok());
+  STRATA_ASSIGN_OR_RETURN(auto runner, make_model_runner(source_dir() + "/models/stories260K", ro));
+  STRATA_ASSIGN_OR_RETURN(auto tok, load_tokenizer_from_dir(source_dir() + "/models/stories260K"));
   GenerateOptions go;
-  go.max_tokens = 40;
+  go.max_tokens = max_tokens;
   go.sampling.temperature = 0;
-  auto ref = generate(**runner, **tok, "Once upon a time", go);
+  return generate(*runner, *tok, prompt, go);
+}
+
+TEST_F(ServeE2eTest, GreedyCompletionMatchesGenerate) {
+  auto ref = reference_generate("Once upon a time", 40);
   ASSERT_TRUE(ref.ok());
   ASSERT_FALSE(ref->text.empty());
 
@@ -142,16 +145,7 @@ TEST_F(ServeE2eTest, GreedyCompletionMatchesGenerate) {
 // checked against the direct generate() loop; in streaming the chunks' ids concatenate to the
 // same list and prompt_token_ids comes once, on the first chunk.
 TEST_F(ServeE2eTest, ReturnTokenIdsMatchGenerate) {
-  RunnerOptions ro;
-  ro.threads = 1;
-  auto runner = make_model_runner(source_dir() + "/models/stories260K", ro);
-  ASSERT_TRUE(runner.ok());
-  auto tok = load_tokenizer_from_dir(source_dir() + "/models/stories260K");
-  ASSERT_TRUE(tok.ok());
-  GenerateOptions go;
-  go.max_tokens = 30;
-  go.sampling.temperature = 0;
-  auto ref = generate(**runner, **tok, "Once upon a time", go);
+  auto ref = reference_generate("Once upon a time", 30);
   ASSERT_TRUE(ref.ok());
   ASSERT_FALSE(ref->generated_ids.empty());
 
