@@ -94,14 +94,19 @@ TEST(BenchGemvCli, MatrixCountFromBudgetAndFormatFilter) {
   EXPECT_EQ(j["avx512_active"], j["avx512_cpu"]);  // on an AVX2 machine
 }
 
+// Usage errors exit 2 (src/tools/main.cc), whether the command or CLI11 finds them.
 TEST(BenchGemvCli, RejectsBadArguments) {
   std::string out;
-  EXPECT_NE(run_strata("bench gemv --m 5 --n 8 --k 32 --matrices 1 --bandwidth-mib 1", &out), 0);
-  EXPECT_NE(run_strata("bench gemv --k 33 --n 8 --matrices 1 --bandwidth-mib 1", &out), 0);
-  EXPECT_NE(run_strata("bench gemv --format int8 --n 8 --k 32 --matrices 1 --bandwidth-mib 1",
+  EXPECT_EQ(run_strata("bench gemv --m 5 --n 8 --k 32 --matrices 1 --bandwidth-mib 1", &out), 2);
+  EXPECT_EQ(run_strata("bench gemv --k 33 --n 8 --matrices 1 --bandwidth-mib 1", &out), 2);
+  EXPECT_EQ(run_strata("bench gemv --format int8 --n 8 --k 32 --matrices 1 --bandwidth-mib 1",
                        &out),
-            0);
-  EXPECT_NE(run_strata("bench gemv --avx512 maybe", &out), 0);
+            2);
+  EXPECT_EQ(run_strata("bench gemv --avx512 maybe", &out), 2);
+  EXPECT_EQ(run_strata("bench gemv --threads 5000", &out), 2);
+  EXPECT_EQ(run_strata("bench gemv --no-such-flag", &out), 2);
+  EXPECT_EQ(run_strata("no-such-command", &out), 2);
+  EXPECT_EQ(run_strata("bench gemv --help", &out), 0);
 }
 
 }  // namespace

@@ -126,11 +126,11 @@ std::vector<double> time_passes(int repeats, Fn&& one_pass) {
 int run_bench_gemv(const BenchGemvCli& o) {
   if (o.m < 1 || o.m > 4) {
     fmt::print(stderr, "strata bench gemv: --m must be in 1..4 (decode)\n");
-    return 1;
+    return 2;
   }
   if (o.n < 1 || o.k < 32 || o.k % 32 != 0) {
     fmt::print(stderr, "strata bench gemv: need --n >= 1 and --k a positive multiple of 32\n");
-    return 1;
+    return 2;
   }
   bool want[4] = {false, false, false, false};
   for (const auto& f : o.formats) {
@@ -140,7 +140,7 @@ int run_bench_gemv(const BenchGemvCli& o) {
     if (!found) {
       fmt::print(stderr, "strata bench gemv: unknown format '{}' (fp8, fp4, bf16, f64-einsum)\n",
                  f);
-      return 1;
+      return 2;
     }
   }
   if (!o.avx512.empty()) kernels::set_avx512_enabled(o.avx512 == "on");

@@ -66,12 +66,12 @@ int run_bench_model(BenchModelCli& o) {
   const int threads = o.threads > 0 ? o.threads : ThreadPool(0).num_threads();
   if (o.prompt_tokens < 1 || o.decode_tokens < 1) {
     fmt::print(stderr, "strata bench model: --prompt-tokens and --decode-tokens must be >= 1\n");
-    return 1;
+    return 2;
   }
   if (o.prompt_tokens + o.decode_tokens > info.max_context) {
     fmt::print(stderr, "strata bench model: prompt + decode tokens ({}) exceed the context ({})\n",
                o.prompt_tokens + o.decode_tokens, info.max_context);
-    return 1;
+    return 2;
   }
 
   // 1. Read bandwidth with the same thread count.

@@ -18,10 +18,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
   strata::tools::setup_all_commands(app);
+  // Exit status of every command: 0 success, 1 a failure (a model that does not load, a
+  // failed validation, a server error), 2 a usage error (bad or missing arguments).
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the help or the error
+    return rc == 0 ? 0 : 2;      // CLI11's own codes (105, 106, ...) are all usage errors
   }
   return strata::tools::exit_code();
 }
