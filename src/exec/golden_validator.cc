@@ -316,6 +316,15 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
   std::vector<std::string> failures;
   auto fail = [&](std::string why) { failures.push_back(std::move(why)); };
 
+  // Another model's cases (e.g. V4.1 cases on a V4 checkpoint): say so once, before any
+  // route is compared (its routes would "diverge" for a reason that is not a near-tie).
+  if (!c.prefill_logits.empty() &&
+      static_cast<int64_t>(c.prefill_logits.size()) != target.vocab_size()) {
+    r.error = fmt::format("the golden rows have {} logits but this model's vocabulary is {}: "
+                          "these cases were made for another model",
+                          c.prefill_logits.size(), target.vocab_size());
+    return r;
+  }
   if (Status st = target.reset(); !st.ok()) {
     r.error = "reset failed: " + st.to_string();
     return r;

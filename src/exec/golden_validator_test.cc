@@ -105,7 +105,7 @@ Synth make_synth(const std::string& dir) {
 class FakeTarget : public GoldenTarget {
  public:
   explicit FakeTarget(const Synth& s) : s_(s) {}
-  int32_t vocab_size() const override { return kV; }
+  int32_t vocab_size() const override { return kV + vocab_offset; }
   Status reset() override {
     fed_.clear();
     ++resets_;
@@ -113,6 +113,7 @@ class FakeTarget : public GoldenTarget {
   }
   StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override {
     EXPECT_EQ(start_pos, static_cast<int64_t>(fed_.size()));
+    ++forwards;
     fed_.insert(fed_.end(), tokens.begin(), tokens.end());
     calls_.push_back(static_cast<int64_t>(tokens.size()));
     // identify the case by its prompt prefix
@@ -169,6 +170,8 @@ class FakeTarget : public GoldenTarget {
   int bump_row = -1;
   float bump = 0.0f;
   bool truncate_logits = false;
+  int32_t vocab_offset = 0;  // a model whose reported vocabulary differs from the cases'
+  int forwards = 0;
   std::string nan_case;
   int nan_row = -1;
   std::vector<int> index_ids;
@@ -314,6 +317,18 @@ TEST_F(GoldenValidatorTest, WrongVocabularyFailsEveryCaseWithNoDiff) {
   EXPECT_NE(r.cases[0].summary().find("rows 0/3 strict (0 bit-exact), max_abs_diff=n/a"),
             std::string::npos)
       << r.cases[0].summary();
+}
+
+// Cases of another vocabulary size fail up front with that reason: no forward runs, no
+// route divergence is counted.
+TEST_F(GoldenValidatorTest, CasesOfAnotherVocabularyFailBeforeAnyForward) {
+  FakeTarget t(synth_);
+  t.vocab_offset = 7;
+  GoldenReport r = run_golden(t, cases_, GoldenOptions{});
+  EXPECT_EQ(r.failed, 2);
+  EXPECT_EQ(t.forwards, 0);
+  EXPECT_NE(r.cases[0].error.find("made for another model"), std::string::npos) << r.cases[0].error;
+  EXPECT_EQ(r.last_line(), "golden: 0 passed, 2 failed, max_abs_diff=n/a, route_divergent=0");
 }
 
 TEST_F(GoldenValidatorTest, ChunkedPrefillMergesRoutes) {
