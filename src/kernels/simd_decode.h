@@ -73,10 +73,11 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
 
 // Software prefetch of the decode kernels over the packed layouts (block_gemm.h), which they
 // read in address order: every chunk iteration prefetches the kLines cache lines it will read
-// kPrefetchBytes later, so the prefetches are spread over the loop. (Issued as one burst per K
-// block instead, 128 prefetches at a time, the fill buffers ran out and stalled the kernel:
-// FP8 decode streamed 15 GB/s from DRAM on one core of the dev VM instead of 20-21; 2-8 KB
-// ahead measured best.) Prefetches past the end of an array never fault.
+// kPrefetchBytes later, so the prefetches are spread over the loop. (Issued as one burst of
+// up to 128 prefetches at the start of each K block instead, FP8 decode streamed 15 GB/s from
+// DRAM on one core of the dev VM instead of 20-21, and 17 with no software prefetch; 2-8 KB
+// ahead were within noise of each other, 16-32 KB slower: docs/PERFORMANCE.md, session 6.)
+// Prefetches past the end of an array never fault.
 inline constexpr int64_t kPrefetchBytes = 8192;
 template <int kLines>
 STRATA_TARGET_AVX512 inline __attribute__((always_inline)) void prefetch_stream(const uint8_t* p) {
