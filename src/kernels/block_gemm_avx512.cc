@@ -13,7 +13,7 @@
 // Two VPERMT2B table lookups give each E4M3 code's bf16 low and top bytes (subnormals
 // normalized, sign ORed back in), two more interleave them into (k, k+1) word pairs of a tile
 // pair's 16 rows: 5 shuffles + 2 VDPBF16PS per 64 weights (dot_block_fp8), against 6 + 4
-// FMAs for the GF2P8AFFINEQB extension chain it replaced (~1.2x from cache).
+// FMAs for the GF2P8AFFINEQB extension chain it replaced (1.1-1.6x from cache).
 //
 // FP4 dot path (CPUs with AVX512_BF16 + AVX512_VBMI, kernels::avx512_ext_active()): on a K
 // block whose activations pass fp4_block_sums_exact, every partial sum of the block's dot
@@ -243,7 +243,7 @@ const Fp8DotTables& fp8_dot_tables() {
 }
 
 // Exact partials (true values) of one K block (bk % 4 == 0) for activation rows xp0 / xp1
-// (bf16 pairs, fp8_dot_pairs layout).
+// (bf16 pairs, ExtActs::pairs).
 template <int kRows>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
                                                        const uint32_t* xp0, const uint32_t* xp1,
