@@ -81,6 +81,22 @@ void expect_openai_error(const testing::HttpReply& r, int status) {
   EXPECT_TRUE(j["error"]["type"].is_string());
 }
 
+// A second server on a port that is in use fails to start (cpp-httplib's default
+// SO_REUSEPORT would have let it share the port and half the connections).
+TEST_F(ServeE2eTest, SecondServerOnTheSamePortFailsToStart) {
+  ServeOptions o;
+  o.model_dir = source_dir() + "/models/stories260K";
+  o.http.host = "127.0.0.1";
+  o.http.port = port();
+  auto s = ServingStack::start(o);
+  EXPECT_FALSE(s.ok());
+  for (int i = 0; i < 8; ++i) {
+    auto m = http_get(port(), "/v1/models");
+    ASSERT_EQ(m.status, 200);
+    EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "stories260K");
+  }
+}
+
 TEST_F(ServeE2eTest, HealthAndModels) {
   EXPECT_EQ(http_get(port(), "/health").status, 200);
   auto m = http_get(port(), "/v1/models");
@@ -496,6 +512,23 @@ TEST(ServeNoTokenizerTest, TokenIdsComeBackWithoutBeingAsked) {
   if (ref->stopped_by_token) ids.pop_back();  // the stop token ends the list
   EXPECT_EQ(ids, ref->generated_ids);
   EXPECT_EQ(j["choices"][0]["prompt_token_ids"].get<std::vector<int32_t>>(), prompt);
+  // sampled until EOS: the stop token ends token_ids and is counted in completion_tokens
+  int stops = 0;
+  for (int seed = 1; seed <= 5; ++seed) {
+    auto e = http_post((*stack)->port(), "/v1/completions",
+                       json({{"prompt", prompt}, {"max_tokens", 1000}, {"seed", seed}}).dump());
+    ASSERT_EQ(e.status, 200) << e.body;
+    json je = json::parse(e.body);
+    const auto got = je["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(static_cast<int64_t>(got.size()), je["usage"]["completion_tokens"].get<int64_t>());
+    if (je["choices"][0]["finish_reason"] == "stop") {
+      ++stops;
+      ASSERT_FALSE(got.empty());
+      const ModelInfo& info = (*runner)->info();
+      EXPECT_TRUE(got.back() == info.eos_id || got.back() == info.bos_id) << got.back();
+    }
+  }
+  EXPECT_GT(stops, 0);  // the tiny model samples EOS within 1000 tokens for these seeds
   // a text prompt is a clear 400, not an empty completion
   auto t = http_post((*stack)->port(), "/v1/completions", R"({"prompt": "hello", "max_tokens": 2})");
   EXPECT_EQ(t.status, 400) << t.body;

@@ -438,7 +438,11 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob)
                                        a.params.stop_token_ids.end(),
                                        token) != a.params.stop_token_ids.end();
   if (is_eos || is_stop_token) {
+    // The stop token is part of the output ids (and of completion_tokens), not of the text
+    // (as vLLM's token_ids and usage).
     reason = FinishReason::kStop;
+    e.tokens.push_back(token);
+    if (logprob != nullptr) e.logprobs.push_back(*logprob);
   } else {
     e.tokens.push_back(token);
     if (logprob != nullptr) e.logprobs.push_back(*logprob);

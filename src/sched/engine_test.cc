@@ -121,7 +121,9 @@ TEST(EngineTest, PreemptionUnderTinyPoolKeepsOutputsExact) {
   EXPECT_EQ(runner.live_sequences(), 0);
 }
 
-TEST(EngineTest, EosStopsAndIsNotReturned) {
+// EOS ends the output ids (as vLLM's token_ids) and is counted in completion_tokens; it adds
+// no text.
+TEST(EngineTest, EosStopsAndEndsTheOutputIds) {
   const int32_t vocab = 64;
   // Pick as EOS the 3rd greedy token of the reference.
   auto ref = reference_greedy(prompt_of(6, 1), 10, vocab);
@@ -130,10 +132,10 @@ TEST(EngineTest, EosStopsAndIsNotReturned) {
   Engine engine(&runner, nullptr, {});
   auto out = run_all(engine, {*engine.submit(prompt_of(6, 1), greedy(10))});
   auto expect = reference_greedy(prompt_of(6, 1), 10, vocab, eos);
-  expect.pop_back();  // EOS itself is not part of the output
+  ASSERT_EQ(expect.back(), eos);
   EXPECT_EQ(out[0].tokens, expect);
   EXPECT_EQ(out[0].final_event.finish_reason, FinishReason::kStop);
-  EXPECT_EQ(out[0].final_event.completion_tokens, static_cast<int64_t>(expect.size()) + 1);
+  EXPECT_EQ(out[0].final_event.completion_tokens, static_cast<int64_t>(expect.size()));
 }
 
 TEST(EngineTest, StopTokenIdsAndIgnoreEos) {
@@ -148,7 +150,7 @@ TEST(EngineTest, StopTokenIdsAndIgnoreEos) {
   // ref[4] may equal an earlier token; the first occurrence stops.
   size_t k = 0;
   while (ref[k] != ref[4]) ++k;
-  EXPECT_EQ(out[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + k));
+  EXPECT_EQ(out[0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + k + 1));  // + the stop id
   EXPECT_EQ(out[0].final_event.finish_reason, FinishReason::kStop);
 }
 

@@ -60,7 +60,9 @@ struct TokenLogprob {
 };
 
 // One event of a request: new tokens and/or the end. `text` is the newly completed UTF-8
-// text (held back while it could still become a stop string).
+// text (held back while it could still become a stop string). `tokens` are the sampled ids,
+// the stop token (EOS, BOS or one of stop_token_ids) included: they add up to
+// completion_tokens; the stop token adds no text.
 struct RequestEvent {
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;  // one per token when requested

@@ -132,6 +132,12 @@ HttpServer::HttpServer(Engine* engine, ServerMetrics* metrics, HttpServerOptions
   const int threads = std::max(2, options_.threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which let a second
+  // server bind the same port and take half of its connections.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<void*>(&yes), sizeof(yes));
+  });
   server_->set_keep_alive_timeout(2);
   install_routes();
 }
