@@ -49,9 +49,8 @@ TEST(GenerateIdsCli, NoTokenizerModelGivesGreedyIds) {
   auto runner = make_model_runner(v4_dir(), ro);
   ASSERT_TRUE(runner.ok()) << runner.status().to_string();
   ModelRunner& r = **runner;
-  std::vector<int32_t> prompt;
-  if (r.info().bos_id >= 0) prompt.push_back(r.info().bos_id);
-  for (int32_t id : {5, 6, 7, 8}) prompt.push_back(id);
+  // --prompt-ids are taken as given (no BOS), as the server takes an id prompt
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
   const SeqId seq{1};
   ASSERT_TRUE(r.add_sequence(seq).ok());
   std::vector<float> logits;
@@ -79,8 +78,25 @@ TEST(GenerateIdsCli, UserErrors) {
   // malformed ids, or ids and text together: usage errors (exit 2)
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5,x -n 2", &out), 2);
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 -n 2 text", &out), 2);
+  // sampling settings out of range: usage errors, found before the model loads
+  EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 --top-k -3", &out), 2);
+  EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 --top-p 0", &out), 2);
+  EXPECT_EQ(run_strata("generate --model /nonexistent --prompt-ids 5 --min-p 2", &out), 2);
   // an id outside the vocabulary: rejected before any step (exit 1)
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5,99999999 -n 2", &out), 1);
+}
+
+// The "tokenizer does not cover the text" warning: not for a word the tokenizer knows (its
+// piece carries a leading space: " Once"), but for text the tiny V4.1 model's stand-in
+// WordLevel tokenizer cannot represent.
+TEST(GenerateCli, UncoveredPromptWarningOnlyWhenItApplies) {
+  std::string out;
+  EXPECT_EQ(run_strata("generate --prompt Once -n 2 -t 0", &out, /*with_stderr=*/true), 0);
+  EXPECT_EQ(out.find("does not cover"), std::string::npos) << out;
+  out.clear();
+  const std::string v41 = src_dir() + "/models/deepseek-v41-tiny";
+  EXPECT_EQ(run_strata("generate --model " + v41 + " --prompt zebra -n 1 -t 0", &out, true), 0);
+  EXPECT_NE(out.find("does not cover"), std::string::npos) << out;
 }
 
 }  // namespace

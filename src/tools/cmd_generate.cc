@@ -81,6 +81,16 @@ int run_generate(GenerateCli& o) {
       return 2;
     }
   }
+  SamplingParams sampling;
+  sampling.temperature = o.temperature;
+  sampling.top_p = o.top_p;
+  sampling.top_k = o.top_k;
+  sampling.min_p = o.min_p;
+  sampling.seed = o.seed;
+  if (Status st = validate_sampling_params(sampling); !st.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", st.message());
+    return 2;
+  }
   if (!by_ids && !o.have_prompt && !isatty(0)) {
     o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
@@ -107,11 +117,8 @@ int run_generate(GenerateCli& o) {
   const Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
-  go.sampling.temperature = o.temperature;
-  go.sampling.top_p = o.top_p;
-  go.sampling.top_k = o.top_k;
-  go.sampling.min_p = o.min_p;
-  go.sampling.seed = o.seed;
+  go.sampling = sampling;
+  go.add_bos = !by_ids;  // --prompt-ids are taken as given, as the server takes id prompts
   bool ends_with_newline = true;
   go.on_text = [&](const std::string& s) {
     if (s.empty()) return;
@@ -125,8 +132,11 @@ int run_generate(GenerateCli& o) {
     const std::vector<int32_t> ids = (*tok)->encode(o.prompt);
     bool all_unknown = !o.prompt.empty() && !ids.empty();
     for (int32_t id : ids) {
-      const std::string b = (*tok)->token_bytes(id);
-      if (!b.empty() && o.prompt.find(b) != std::string::npos) all_unknown = false;
+      std::string b = (*tok)->token_bytes(id);
+      // SentencePiece-style pieces carry the space the tokenizer puts before a word
+      const size_t first = b.find_first_not_of(' ');
+      b = first == std::string::npos ? std::string() : b.substr(first);
+      if (b.empty() || o.prompt.find(b) != std::string::npos) all_unknown = false;
     }
     if (all_unknown)
       fmt::print(stderr,
@@ -138,8 +148,9 @@ int run_generate(GenerateCli& o) {
   auto res = by_ids ? generate_ids(**runner, tokenizer, ids, go)
                     : generate(**runner, *tokenizer, o.prompt, go);
   if (!res.ok()) {
+    if (!ends_with_newline) std::fputc('\n', stdout);
     std::fflush(stdout);
-    fmt::print(stderr, "\nstrata generate: {}\n", res.status().to_string());
+    fmt::print(stderr, "strata generate: {}\n", res.status().to_string());
     return 1;
   }
   if (!ends_with_newline) std::fputc('\n', stdout);
@@ -188,8 +199,9 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(threads_range());
   cmd->add_option("--prompt-ids", o->prompt_ids,
-                  "Prompt as token ids (1,2,3 or [1, 2, 3]) instead of text; required for a "
-                  "model without a tokenizer, whose output is then the generated ids");
+                  "Prompt as token ids (1,2,3 or [1, 2, 3]) instead of text, taken as given "
+                  "(no BOS added); required for a model without a tokenizer, whose output is "
+                  "then the generated ids");
   cmd->add_flag("--output-ids", o->output_ids,
                 "After the text, print the generated token ids as one JSON array on the last "
                 "line of stdout");

@@ -39,13 +39,13 @@ void run_validate_golden(const GoldenArgs& a) {
   auto cases = load_golden_cases(a.cases, stats);
   if (!cases.ok()) {
     fmt::print(stderr, "validate golden: {}\n", cases.status().to_string());
-    set_exit_code(2);
+    set_exit_code(1);  // a file that does not load is a failure, not a usage error
     return;
   }
   auto target = make_golden_target(a.model, a.threads);
   if (!target.ok()) {
     fmt::print(stderr, "validate golden: {}\n", target.status().to_string());
-    set_exit_code(2);
+    set_exit_code(1);  // a file that does not load is a failure, not a usage error
     return;
   }
   GoldenOptions opt;
