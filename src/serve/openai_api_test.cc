@@ -59,6 +59,17 @@ TEST(OpenAiApiTest, TokenPromptsAndDefaults) {
   EXPECT_EQ(r2->prompt_tokens, (std::vector<int32_t>{4, 5}));
 }
 
+TEST(OpenAiApiTest, TopKOffValuesAndReturnTokenIds) {
+  for (const char* b : {R"({"prompt": "x", "top_k": -1})", R"({"prompt": "x", "top_k": 0})"}) {
+    auto r = parse_openai_request(ApiEndpoint::kCompletions, b);
+    ASSERT_TRUE(r.ok()) << b;
+    EXPECT_LE(r->params.top_k, 0) << b;
+  }
+  auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": "x", "return_token_ids": true})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->return_token_ids);
+}
+
 TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
   const char* bad[] = {
       R"({"prompt": "x", )",                        // malformed JSON
@@ -81,6 +92,8 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "logit_bias": {"-4": 1}})",
       R"({"prompt": "x", "logit_bias": {"7": "up"}})",
       R"({"prompt": "x", "presence_penalty": "lots"})",
+      R"({"prompt": "x", "top_k": -3})",            // -1 / 0 mean off; below is a mistake
+      R"({"prompt": "x", "return_token_ids": 1})",  // not a bool
   };
   for (const char* b : bad) {
     auto r = parse_openai_request(ApiEndpoint::kCompletions, b);
