@@ -7,7 +7,7 @@
 // bad prompt or parameters, OutOfRange when the prompt does not leave room for one
 // generated token in the context, Unavailable after shutdown()). It ends exactly once with
 // a final event: finish reason stop (EOS or BOS sampled — unless ignore_eos —, a stop
-// token, a stop string; the stop token itself is not output), length (max_tokens or
+// token, a stop string; the stop token ends the event's ids but adds no text), length (max_tokens or
 // the context is full: prompt + generated <= max_context), cancelled (cancel(), client
 // gone), or error (the runner failed, it can never fit, shutdown). On every end the
 // scheduler releases all of the sequence's state in the runner before the next step.
