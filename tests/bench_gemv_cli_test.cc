@@ -105,7 +105,10 @@ TEST(BenchGemvCli, RejectsBadArguments) {
   EXPECT_EQ(run_strata("bench gemv --avx512 maybe", &out), 2);
   EXPECT_EQ(run_strata("bench gemv --threads 5000", &out), 2);
   EXPECT_EQ(run_strata("bench gemv --no-such-flag", &out), 2);
-  EXPECT_EQ(run_strata("no-such-command", &out), 2);
+  out.clear();
+  EXPECT_EQ(run_strata("no-such-command", &out, /*with_stderr=*/true), 2);
+  EXPECT_NE(out.find("no-such-command"), std::string::npos) << out;  // names the word
+  EXPECT_EQ(run_strata("", &out), 2);                                  // no subcommand
   EXPECT_EQ(run_strata("bench gemv --help", &out), 0);
 }
 

@@ -84,7 +84,7 @@ int run_generate(GenerateCli& o) {
   SamplingParams sampling;
   sampling.temperature = o.temperature;
   sampling.top_p = o.top_p;
-  sampling.top_k = o.top_k;
+  sampling.top_k = o.top_k == -1 ? 0 : o.top_k;  // -1 also means off, as on the server
   sampling.min_p = o.min_p;
   sampling.seed = o.seed;
   if (Status st = validate_sampling_params(sampling); !st.ok()) {
@@ -190,7 +190,7 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0).description("0 to 100"));
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: off)")
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 or -1: off)")
       ->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "Min-p filter relative to the top token (0: off)")
       ->capture_default_str();

@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   CLI::App app{"strata: a serving runtime for DeepSeek-V4.1-class models"};
-  app.require_subcommand(1);
+  // At most one subcommand; none is a usage error reported below (so an unknown word is
+  // named as such by CLI11 instead of "A subcommand is required").
+  app.require_subcommand(0, 1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
   strata::tools::setup_all_commands(app);
   // Exit status of every command: 0 success, 1 a failure (a model that does not load, a
@@ -25,6 +27,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints the help or the error
     return rc == 0 ? 0 : 2;      // CLI11's own codes (105, 106, ...) are all usage errors
+  }
+  if (app.get_subcommands().empty()) {
+    std::fputs(app.help().c_str(), stderr);
+    std::fputs("strata: a subcommand is required\n", stderr);
+    return 2;
   }
   return strata::tools::exit_code();
 }
