@@ -58,6 +58,7 @@ TEST(BenchGemvCli, RunsEndToEndTiny) {
   EXPECT_EQ(j["m"], 2);
   EXPECT_EQ(j["avx512_enabled"], false);
   EXPECT_EQ(j["avx512_active"], false);
+  EXPECT_EQ(j["fp8_multiply"], "fma chain");  // VDPBF16PS needs the AVX-512 paths
   EXPECT_GT(j["read_bandwidth_gbs"].get<double>(), 0.0);
   const std::map<std::string, int64_t> expect = {
       {"fp8", 3846}, {"f64-einsum", 3846}, {"fp4", 2040}, {"bf16", 7680}};
@@ -92,6 +93,8 @@ TEST(BenchGemvCli, MatrixCountFromBudgetAndFormatFilter) {
   EXPECT_EQ(j["formats"][0]["matrices"], 6);
   EXPECT_EQ(j["avx512_enabled"], true);
   EXPECT_EQ(j["avx512_active"], j["avx512_cpu"]);  // on an AVX2 machine
+  if (j["avx512_ext_active"] == false) EXPECT_EQ(j["fp8_multiply"], "fma chain");
+  else EXPECT_TRUE(j["fp8_multiply"] == "vdpbf16ps" || j["fp8_multiply"] == "fma chain");
 }
 
 // Usage errors exit 2 (src/tools/main.cc), whether the command or CLI11 finds them.

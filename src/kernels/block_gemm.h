@@ -191,6 +191,11 @@ void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, floa
 void linear_fp4_packed(const float* x, int64_t m, const PackedFp4Weight& w, int act_block,
                        float* y, ThreadPool* pool);
 
+// Which multiply the packed FP8 decode kernels (M <= 4) use on this CPU right now:
+// "vdpbf16ps" (AVX512_BF16 whose VDPBF16PS passed the sequential-rounding probe), "fma chain"
+// (AVX-512 or AVX2 without it), or "scalar". Every choice gives the same bits. Thread-safe.
+const char* fp8_decode_multiply();
+
 namespace ref {
 // Single-threaded scalar references of the above over output columns [n_begin, n_end).
 void fp8_gemm_cols(const QuantActs& a, const Fp8BlockWeight& w, float* y, OutRound out,

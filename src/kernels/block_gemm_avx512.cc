@@ -506,6 +506,18 @@ bool dpbf16_is_sequential() {
   return ok;
 }
 
+}  // namespace strata::kernels::detail
+
+namespace strata::kernels {
+const char* fp8_decode_multiply() {
+  if (active_isa() != Isa::kAvx2) return "scalar";
+  if (avx512_ext_active() && detail::dpbf16_is_sequential()) return "vdpbf16ps";
+  return "fma chain";
+}
+}  // namespace strata::kernels
+
+namespace strata::kernels::detail {
+
 void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
   d->fp4_dot = d->fp8_dot = false;
   if (!avx512_ext_active() || a.m > 4) return;

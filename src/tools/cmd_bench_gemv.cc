@@ -270,6 +270,7 @@ int run_bench_gemv(const BenchGemvCli& o) {
                         {"avx512_active", use512},
                         {"avx512_ext_active", kernels::avx512_ext_active()},
                         {"path", path},
+                        {"fp8_multiply", kernels::fp8_decode_multiply()},
                         {"packed_scales", o.scales},
                         {"read_bandwidth_gbs", bw / 1e9},
                         {"m", m},
@@ -301,10 +302,11 @@ int run_bench_gemv(const BenchGemvCli& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("threads        {} (kernels: {}, decode path: {}; avx512 {}, cpu avx512: {})\n",
+  fmt::print("threads        {} (kernels: {}, decode path: {}; avx512 {}, cpu avx512: {}; fp8 "
+             "multiply: {})\n",
              threads, kernels::isa_name(kernels::active_isa()), path,
              kernels::avx512_enabled() ? "enabled" : "disabled",
-             kernels::cpu_has_avx512() ? "yes" : "no");
+             kernels::cpu_has_avx512() ? "yes" : "no", kernels::fp8_decode_multiply());
   fmt::print("read bandwidth {:.2f} GB/s at start (streaming read of {} MiB, same threads; "
              "remeasured before each format: BW column)\n",
              bw / 1e9, o.bw_mib);
