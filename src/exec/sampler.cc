@@ -8,7 +8,7 @@ namespace strata {
 Status validate_sampling_params(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
     return invalid_argument("temperature must be >= 0, got {}", p.temperature);
-  if (p.top_k < 0) return invalid_argument("top_k must be >= 0, got {}", p.top_k);
+  if (p.top_k < -1) return invalid_argument("top_k must be -1 or 0 (off) or positive, got {}", p.top_k);
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
     return invalid_argument("top_p must be in (0, 1], got {}", p.top_p);
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))

@@ -27,7 +27,7 @@ namespace strata {
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
+  int32_t top_k = 0;         // 0 or -1: off (vLLM spells off -1)
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;

@@ -118,6 +118,8 @@ TEST(SamplerTest, ValidatesParams) {
   p = SamplingParams{};
   p.top_k = -3;
   EXPECT_FALSE(validate_sampling_params(p).ok());
+  p.top_k = -1;  // off, as 0
+  EXPECT_TRUE(validate_sampling_params(p).ok());
   p = SamplingParams{};
   p.min_p = 2;
   EXPECT_FALSE(validate_sampling_params(p).ok());

@@ -9,7 +9,7 @@ SamplingParams RequestSampler::to_sampling_params(const GenerationParams& p,
                                                   uint64_t fallback_seed) {
   SamplingParams s;
   s.temperature = static_cast<float>(p.temperature);
-  s.top_k = std::max<int32_t>(0, p.top_k);  // -1 (off) -> 0 (off)
+  s.top_k = p.top_k;  // -1 and 0 both mean off
   s.top_p = static_cast<float>(p.top_p);
   s.min_p = static_cast<float>(p.min_p);
   s.seed = p.seed.value_or(fallback_seed);

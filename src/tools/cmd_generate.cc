@@ -84,7 +84,7 @@ int run_generate(GenerateCli& o) {
   SamplingParams sampling;
   sampling.temperature = o.temperature;
   sampling.top_p = o.top_p;
-  sampling.top_k = o.top_k == -1 ? 0 : o.top_k;  // -1 also means off, as on the server
+  sampling.top_k = o.top_k;
   sampling.min_p = o.min_p;
   sampling.seed = o.seed;
   if (Status st = validate_sampling_params(sampling); !st.ok()) {
@@ -119,6 +119,7 @@ int run_generate(GenerateCli& o) {
   go.max_tokens = o.max_tokens;
   go.sampling = sampling;
   go.add_bos = !by_ids;  // --prompt-ids are taken as given, as the server takes id prompts
+                         // (a text prompt gets BOS, as generate() gives it)
   bool ends_with_newline = true;
   go.on_text = [&](const std::string& s) {
     if (s.empty()) return;
@@ -127,12 +128,12 @@ int run_generate(GenerateCli& o) {
     ends_with_newline = s.back() == '\n';
   };
   if (!by_ids) {
+    ids = tokenizer->encode(o.prompt);
     // A prompt the tokenizer cannot represent (every id is a token whose text does not occur
     // in the prompt, i.e. the unknown token) gives output unrelated to the prompt: say so.
-    const std::vector<int32_t> ids = (*tok)->encode(o.prompt);
     bool all_unknown = !o.prompt.empty() && !ids.empty();
     for (int32_t id : ids) {
-      std::string b = (*tok)->token_bytes(id);
+      std::string b = tokenizer->token_bytes(id);
       // SentencePiece-style pieces carry the space the tokenizer puts before a word
       const size_t first = b.find_first_not_of(' ');
       b = first == std::string::npos ? std::string() : b.substr(first);
@@ -143,10 +144,9 @@ int run_generate(GenerateCli& o) {
                  "strata generate: warning: the prompt encodes to {} token(s) none of which "
                  "appears in it (e.g. id {} '{}'): this model's tokenizer does not cover the "
                  "text\n",
-                 ids.size(), ids[0], (*tok)->id_to_token(ids[0]));
+                 ids.size(), ids[0], tokenizer->id_to_token(ids[0]));
   }
-  auto res = by_ids ? generate_ids(**runner, tokenizer, ids, go)
-                    : generate(**runner, *tokenizer, o.prompt, go);
+  auto res = generate_ids(**runner, tokenizer, ids, go);
   if (!res.ok()) {
     if (!ends_with_newline) std::fputc('\n', stdout);
     std::fflush(stdout);
