@@ -336,6 +336,9 @@ TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {
   expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": -1})"), 400);
   expect_openai_error(http_post(port(), "/v1/chat/completions", R"({"messages": "x"})"), 400);
   expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": [1, 2, 99999]})"), 400);
+  // top_k: -1 and 0 mean off (vLLM); below -1 is a mistake, not "off"
+  expect_openai_error(http_post(port(), "/v1/completions", R"({"prompt": "x", "top_k": -3})"), 400);
+  EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2, "top_k": -1})").status, 200);
   // Prompt longer than the 512-token context, as ids and as text.
   json long_ids = {{"prompt", std::vector<int32_t>(600, 5)}};
   auto r = http_post(port(), "/v1/completions", long_ids.dump());

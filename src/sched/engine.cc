@@ -226,7 +226,7 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
   if (!(params.temperature >= 0.0)) return invalid_argument("temperature must be >= 0");
   if (!(params.top_p > 0.0 && params.top_p <= 1.0)) return invalid_argument("top_p must be in (0, 1]");
   if (!(params.min_p >= 0.0 && params.min_p <= 1.0)) return invalid_argument("min_p must be in [0, 1]");
-  if (params.top_k < -1) return invalid_argument("top_k must be -1 (off) or positive");
+  if (params.top_k < -1) return invalid_argument("top_k must be -1 or 0 (off) or positive, got {}", params.top_k);
   if (params.logprobs > 20) return invalid_argument("logprobs must be at most 20");
   for (int32_t t : params.stop_token_ids) {
     if (t < 0 || t >= info.vocab_size) return invalid_argument("stop token {} out of range", t);

@@ -143,9 +143,9 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
   STRATA_RETURN_IF_ERROR(get_number(body, "min_p", &g.min_p));
   int64_t top_k = g.top_k;
   STRATA_RETURN_IF_ERROR(get_int(body, "top_k", &top_k));
-  // vLLM: -1 (or 0) disables top-k; anything below -1 is a mistake, not "off"
-  if (top_k < -1) return invalid_argument("'top_k' must be -1 or 0 (off) or at least 1, got {}", top_k);
-  g.top_k = static_cast<int32_t>(std::min<int64_t>(top_k, INT32_MAX));
+  // range checked by Engine::submit (-1 and 0 mean off); no clamping here, which used to
+  // turn -3 into -1 ("off") silently
+  g.top_k = static_cast<int32_t>(std::clamp<int64_t>(top_k, INT32_MIN, INT32_MAX));
   if (given(body, "seed")) {
     int64_t seed = 0;
     STRATA_RETURN_IF_ERROR(get_int(body, "seed", &seed));
