@@ -4,6 +4,8 @@
 #include <chrono>
 #include <memory>
 
+#include "base/check.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define STRATA_CPU_RELAX() _mm_pause()
@@ -112,6 +114,58 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     caller_sleeping_ = false;
   }
+}
+
+void ThreadPool::parallel_for_stealing(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                                       int64_t max_run, const int64_t* home, int64_t* stolen) {
+  if (stolen != nullptr) *stolen = 0;
+  if (n <= 0) return;
+  STRATA_CHECK(max_run >= 1 && n < (int64_t{1} << 32));
+  const int threads = num_threads_;
+  if (threads <= 1 || t_in_pool) {
+    for (int64_t u = 0; u < n; u += max_run) fn(u, std::min(n, u + max_run));
+    return;
+  }
+  // Range t: [front, back) packed in one atomic word, front in the low half.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> fb{0};
+  };
+  std::vector<Range> ranges(threads);
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = home ? home[t] : n * t / threads, e = home ? home[t + 1] : n * (t + 1) / threads;
+    STRATA_CHECK(b >= 0 && b <= e && e <= n);
+    ranges[t].fb.store(static_cast<uint64_t>(b) | (static_cast<uint64_t>(e) << 32),
+                       std::memory_order_relaxed);
+  }
+  if (home) STRATA_CHECK(home[0] == 0 && home[threads] == n);
+  // Takes up to `want` units from the front, or one from the back; returns [*b, *e) or false.
+  auto take = [](Range& r, bool front, int64_t want, int64_t* b, int64_t* e) {
+    uint64_t v = r.fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t f = v & 0xffffffffu, k = v >> 32;
+      if (f >= k) return false;
+      const uint64_t got = front ? std::min<uint64_t>(want, k - f) : 1;
+      const uint64_t nv = front ? v + got : (f | ((k - 1) << 32));
+      if (r.fb.compare_exchange_weak(v, nv, std::memory_order_relaxed)) {
+        *b = static_cast<int64_t>(front ? f : k - 1);
+        *e = *b + static_cast<int64_t>(got);
+        return true;
+      }
+    }
+  };
+  std::atomic<int64_t> taken{0};
+  parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t b, e;
+      while (take(ranges[t], true, max_run, &b, &e)) fn(b, e);
+      for (int k = 1; k < threads; ++k)
+        while (take(ranges[(t + k) % threads], false, 1, &b, &e)) {
+          fn(b, e);
+          taken.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+  });
+  if (stolen != nullptr) *stolen = taken.load();
 }
 
 ThreadPool& ThreadPool::default_pool() {

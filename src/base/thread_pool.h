@@ -39,6 +39,20 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                     int64_t min_grain = 1);
 
+  // Runs fn(begin, end) over [0, n) like parallel_for, with the units first cut into one
+  // contiguous home range per thread: thread t owns [home[t], home[t+1]) (home: num_threads()+1
+  // ascending offsets, home[0] = 0, home[num_threads()] = n; null: equal ranges). Each thread
+  // runs its own range from the front, in calls of at most `max_run` units (reading on in
+  // address order), then takes single units from the back of the others' ranges, so a
+  // slower thread or a misjudged split costs little idle time. Every unit runs exactly once,
+  // on one thread; which thread, and how calls are cut, depend on timing, so fn must give the
+  // same result for any cut (as the kernels that split output rows do). `stolen` (optional)
+  // receives the number of units taken from another thread's range. Same thread-safety and
+  // nesting rules as parallel_for.
+  void parallel_for_stealing(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                             int64_t max_run = 4, const int64_t* home = nullptr,
+                             int64_t* stolen = nullptr);
+
   // A process-wide default pool (size set by set_default_threads, default: all cores).
   static ThreadPool& default_pool();
   static void set_default_threads(int num_threads);

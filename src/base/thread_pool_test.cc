@@ -1,6 +1,7 @@
 #include "base/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -35,6 +36,64 @@ TEST(ThreadPoolTest, RespectsMinGrainAndRepeatedCalls) {
     });
   }
   EXPECT_EQ(sum, 200 * (63 * 64 / 2));
+}
+
+// parallel_for_stealing: every unit runs exactly once, in calls of 1..max_run units, for
+// equal and given home ranges; a thread with an empty home range takes units from the back
+// of the others' (counted in `stolen`); nested calls run inline.
+TEST(ThreadPoolTest, StealingRunsEveryUnitOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+      for (int64_t max_run : {1, 4}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<bool> too_long{false};
+        int64_t stolen = -1;
+        pool.parallel_for_stealing(
+            n,
+            [&](int64_t b, int64_t e) {
+              if (e - b < 1 || e - b > max_run) too_long = true;
+              for (int64_t i = b; i < e; ++i) hits[i]++;
+            },
+            max_run, nullptr, &stolen);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+        EXPECT_FALSE(too_long.load());
+        EXPECT_GE(stolen, 0);
+        EXPECT_LE(stolen, n);
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, StealingTakesFromAnEmptyHandedThreadsNeighbours) {
+  ThreadPool pool(2);
+  const int64_t n = 64;
+  // Everything starts in thread 1's range; the caller (thread 0) starts at once with nothing
+  // of its own, so it takes units from thread 1's back. Units are slow enough (50 us) that
+  // thread 1 cannot have run them all before.
+  const int64_t home[3] = {0, 0, n};
+  std::vector<std::atomic<int>> hits(n);
+  int64_t stolen = 0;
+  pool.parallel_for_stealing(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+        const auto t = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+        while (std::chrono::steady_clock::now() < t) {
+        }
+      },
+      4, home, &stolen);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+  EXPECT_GT(stolen, 0);
+  // Nested inside a pool task: inline on that thread, still every unit once, nothing stolen.
+  std::atomic<int> inner{0};
+  pool.parallel_for(2, [&](int64_t, int64_t) {
+    int64_t st = -1;
+    pool.parallel_for_stealing(10, [&](int64_t b, int64_t e) { inner += static_cast<int>(e - b); },
+                               4, nullptr, &st);
+    EXPECT_EQ(st, 0);
+  });
+  EXPECT_EQ(inner.load(), 20);
 }
 
 }  // namespace

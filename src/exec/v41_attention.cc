@@ -358,9 +358,8 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   const V41Linear& woa = aw.wo_a;
   std::vector<float> wrow(Dg);
   if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
-    for (int64_t g = 0; g < G; ++g)
-      kernels::fp8_dequant_gemm_f64(&o[g * Dg], S, H * hd, woa.packed->fp8, g * R, (g + 1) * R,
-                                    &u[g * R], G * R, pool_.get());
+    kernels::fp8_dequant_gemm_f64_grouped(o.data(), S, H * hd, woa.packed->fp8, G, Dg, u.data(),
+                                          G * R, pool_.get());
   } else for (int64_t g = 0; g < G; ++g) {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t n = g * R + r;

@@ -489,10 +489,12 @@ void run_cols(const QuantActs& a, const Src& s, const ExtActs* ext, float* y, Ou
   }
 }
 
-// Splits N into one contiguous range per thread, in whole groups of kPackGroup tiles (the
-// packed layouts' streams). (Measured: handing out smaller ranges dynamically was no faster
-// at 2 threads, and 1-group ranges were 25 % slower.) The extension paths' activation data is
-// prepared once here, not per range and thread.
+// Splits N in whole groups of kPackGroup tiles (the packed layouts' streams) with
+// ThreadPool::parallel_for_stealing: one contiguous home range per thread, read in address
+// order, and groups taken from a slower thread's back at the end. (Measured earlier: handing
+// out small ranges round-robin was no faster at 2 threads, 1-group ranges 25 % slower; the
+// home ranges keep each thread's stream contiguous.) The extension paths' activation data
+// is prepared once here, not per range and thread.
 void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* pool) {
   const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
   const int64_t n = s.n;
@@ -509,13 +511,9 @@ void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* p
     return;
   }
   const int64_t groups = (tiles + kPackGroup - 1) / kPackGroup;
-  pool->parallel_for(
-      groups,
-      [&](int64_t g0, int64_t g1) {
-        run_cols(a, s, e, y, out, g0 * kPackGroup * kTile, std::min(n, g1 * kPackGroup * kTile),
-                 avx);
-      },
-      1);
+  pool->parallel_for_stealing(groups, [&](int64_t g0, int64_t g1) {
+    run_cols(a, s, e, y, out, g0 * kPackGroup * kTile, std::min(n, g1 * kPackGroup * kTile), avx);
+  });
 }
 
 void check_fp8(const QuantActs& a, const Fp8BlockWeight& w) {
@@ -689,17 +687,20 @@ void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, Out
   run(a, src_of(w), y, out, pool);
 }
 
-void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool) {
+void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool,
+                       const BatchOptions& options) {
+  STRATA_CHECK(options.fp4_weight_cost > 0);
   const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
   const bool use_ext = avx && avx512_active();
   struct Prep {
     Src s{Src::kFp8Packed};
     ExtActs ext;
-    int64_t groups = 0;
-    double group_bytes = 0;  // weight bytes of one 64-row group
+    int64_t groups = 0, first = 0;  // 64-row groups; index of the first in the batch order
+    double group_cost = 0;          // estimated time of one group (FP8 weight units)
   };
   std::vector<Prep> prep(static_cast<size_t>(n_jobs));
   double total = 0;
+  int64_t all_groups = 0;
   for (int64_t j = 0; j < n_jobs; ++j) {
     const PackedGemmJob& job = jobs[j];
     STRATA_CHECK((job.fp8 != nullptr) != (job.fp4 != nullptr) && job.y != nullptr);
@@ -713,11 +714,14 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
     }
     if (use_ext) prepare_ext_acts(job.a, p.s, &p.ext);
     p.groups = job.a.m > 0 ? (p.s.n + kPackGroup * kTile - 1) / (kPackGroup * kTile) : 0;
-    p.group_bytes = static_cast<double>(kPackGroup * kTile) * static_cast<double>(p.s.k) *
-                    (p.s.fp4() ? 0.5 : 1.0) * static_cast<double>(std::max<int64_t>(job.a.m, 1));
-    total += p.group_bytes * static_cast<double>(p.groups);
+    p.first = all_groups;
+    all_groups += p.groups;
+    p.group_cost = static_cast<double>(kPackGroup * kTile) * static_cast<double>(p.s.k) *
+                   static_cast<double>(std::max<int64_t>(job.a.m, 1)) *
+                   (p.s.fp4() ? options.fp4_weight_cost : 1.0);
+    total += p.group_cost * static_cast<double>(p.groups);
   }
-  // Rows [g0·64, g1·64) of job j.
+  // Groups [g0, g1) of job j.
   auto cols = [&](int64_t j, int64_t g0, int64_t g1) {
     const PackedGemmJob& job = jobs[j];
     const Prep& p = prep[j];
@@ -731,31 +735,30 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
       if (prep[j].groups > 0) cols(j, 0, prep[j].groups);
     return;
   }
-  // Thread t takes the groups whose byte midpoint lies in [t, t+1) · total / threads, in
-  // job order: contiguous runs, and every group exactly once.
-  auto owner = [&](double mid) {
-    return std::min<int64_t>(threads - 1, static_cast<int64_t>(mid / total * threads));
+  // Home ranges over the batch's groups (all jobs' groups in job order): thread t owns the
+  // groups whose cost midpoint lies in [t, t+1) · total / threads; ThreadPool::
+  // parallel_for_stealing runs them, moving groups from a slower thread's back to an idle one.
+  std::vector<int64_t> home(threads + 1, all_groups);
+  home[0] = 0;
+  if (options.home_on_last_thread) {
+    std::fill(home.begin(), home.end() - 1, 0);
+  } else {
+    double pos = 0;
+    int next = 1;
+    for (int64_t j = 0; j < n_jobs; ++j)
+      for (int64_t g = 0; g < prep[j].groups; ++g, pos += prep[j].group_cost) {
+        const double mid = pos + 0.5 * prep[j].group_cost;
+        while (next < threads && mid >= total * next / threads) home[next++] = prep[j].first + g;
+      }
+  }
+  // Batch groups [b0, b1) -> each job's part of it.
+  auto run_units = [&](int64_t b0, int64_t b1) {
+    for (int64_t j = 0; j < n_jobs && b0 < b1; ++j) {
+      const int64_t lo = std::max(b0, prep[j].first), hi = std::min(b1, prep[j].first + prep[j].groups);
+      if (lo < hi) cols(j, lo - prep[j].first, hi - prep[j].first);
+    }
   };
-  pool->parallel_for(
-      threads,
-      [&](int64_t t0, int64_t t1) {
-        double pos = 0;
-        for (int64_t j = 0; j < n_jobs; ++j) {
-          const Prep& p = prep[j];
-          int64_t run0 = -1;
-          for (int64_t g = 0; g < p.groups; ++g, pos += p.group_bytes) {
-            const int64_t t = owner(pos + 0.5 * p.group_bytes);
-            const bool mine = t >= t0 && t < t1;
-            if (mine && run0 < 0) run0 = g;
-            if (!mine && run0 >= 0) {
-              cols(j, run0, g);
-              run0 = -1;
-            }
-          }
-          if (run0 >= 0) cols(j, run0, p.groups);
-        }
-      },
-      1);
+  pool->parallel_for_stealing(all_groups, run_units, 4, home.data(), options.stolen_groups);
 }
 
 namespace {

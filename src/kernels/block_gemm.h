@@ -171,12 +171,17 @@ void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, Out
 // Several packed GEMMs in ONE pool dispatch (e.g. the w1/w3 GEMMs of every expert a token
 // routes to, then their w2 GEMMs): y_j = a_j · W_j^T for each job j, with exactly one of
 // fp8 / fp4 set (a_j.block = fp8->block_k, or a multiple of 32 for fp4; a_j.k = W_j.k).
-// The jobs' 64-row groups (kPackGroup tiles) are split into one contiguous run per thread,
-// balanced by weight bytes, so many small GEMMs cost one dispatch and no per-GEMM
-// imbalance. Every output is computed exactly as fp8_gemm_packed / fp4_gemm_packed computes
-// it (same per-row code path and order): bit-identical to calling those one job at a time,
-// for any thread count. Errors: STRATA_CHECK on the shape rules above. Thread safety: as
-// the single-GEMM calls; the jobs' outputs must not overlap.
+//
+// Split: the jobs' 64-row groups (kPackGroup tiles), in job order, are cut into one
+// contiguous home range per thread, balanced by an estimated time per group: weights ×
+// activation rows, × fp4_weight_cost for FP4 (an FP4 weight is half the bytes but the
+// kernel decodes it at a similar per-weight rate, so bytes alone misjudge it). A thread
+// takes groups from the front of its own range and, once that is empty, from the back of
+// the others', so a misjudged cost or a slower thread leaves no thread idle for long.
+// Every group is computed by one thread exactly as fp8_gemm_packed / fp4_gemm_packed
+// computes its rows (same code path and order): bit-identical to calling those one job at
+// a time, for any thread count, cost and interleaving. Errors: STRATA_CHECK on the shape
+// rules above. Thread safety: as the single-GEMM calls; the jobs' outputs must not overlap.
 struct PackedGemmJob {
   QuantActs a;
   const PackedFp8Weight* fp8 = nullptr;
@@ -184,7 +189,18 @@ struct PackedGemmJob {
   float* y = nullptr;  // [a.m, N]
   OutRound out = OutRound::kBf16;
 };
-void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool);
+// Time of an FP4 weight relative to an FP8 one in the home split. Measured on the 2-core
+// Zen 4 VM (V4.1 decode, routed FP4 experts batched with the FP8 shared expert): by bytes
+// (0.5) the FP4-heavy thread's busy time was 34 % above the other's, at 0.9 within 10 %
+// either way (docs/PERFORMANCE.md, session 7). Stealing evens out what remains.
+inline constexpr double kFp4WeightCost = 0.85;
+struct BatchOptions {
+  double fp4_weight_cost = kFp4WeightCost;  // > 0
+  bool home_on_last_thread = false;  // tests: every group starts in the last thread's range
+  int64_t* stolen_groups = nullptr;  // out (optional): groups taken from another's range
+};
+void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* pool,
+                       const BatchOptions& options = {});
 
 void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, float* y,
                        ThreadPool* pool);

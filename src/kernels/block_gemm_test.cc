@@ -342,10 +342,19 @@ TEST(BlockGemm, PackedBatchMatchesEachGemmAlone) {
     }
   }
   const bool was512 = avx512_enabled();
+  int64_t stolen_total = 0;
   for (int mode : {0, 1, 2}) {  // AVX2 only, AVX-512, AVX-512 + extension paths
     set_avx512_enabled(mode >= 1);
     set_avx512_ext_enabled(mode == 2);
-    for (int threads : {1, 2, 3, 5}) {
+    // The home split (its FP4 cost, or every group on the last thread so the others can only
+    // take from its back) moves rows between threads, never the bits.
+    for (int threads : {1, 2, 3, 5})
+    for (int split : {0, 1, 2, 3}) {
+      int64_t stolen = 0;
+      BatchOptions opt;
+      opt.fp4_weight_cost = split == 0 ? kFp4WeightCost : split == 1 ? 0.01 : 100.0;
+      opt.home_on_last_thread = split == 3;
+      opt.stolen_groups = &stolen;
       ThreadPool pool(threads);
       std::vector<std::vector<float>> y(cases.size());
       std::vector<PackedGemmJob> jobs;
@@ -362,13 +371,18 @@ TEST(BlockGemm, PackedBatchMatchesEachGemmAlone) {
         j.y = y[i].data();
         jobs.push_back(j);
       }
-      gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool);
+      gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool, opt);
+      if (threads > 1) stolen_total += stolen;
       for (size_t i = 0; i < cases.size(); ++i)
         for (size_t e = 0; e < y[i].size(); ++e)
-          ASSERT_EQ(y[i][e], d[i].expect[e])
-              << "job " << i << " element " << e << " threads " << threads << " mode " << mode;
+          ASSERT_EQ(y[i][e], d[i].expect[e]) << "job " << i << " element " << e << " threads "
+                                              << threads << " mode " << mode << " split "
+                                              << split;
     }
   }
+  // The runs with every group homed on the last thread cannot finish without other threads
+  // taking from its back (the caller thread starts at once with an empty range).
+  EXPECT_GT(stolen_total, 0);
   set_avx512_enabled(was512);
   set_avx512_ext_enabled(true);  // as the tests above leave it
 }

@@ -413,8 +413,45 @@ void fp8_dequant_gemm_f64(const float* x, int64_t m, int64_t ldx, const PackedFp
   }
   // chunks of whole packed groups (8 tiles) so the AVX-512 pass sees aligned groups
   const int64_t chunks = (t1 - t0 + kPackGroup - 1) / kPackGroup;
-  pool->parallel_for(chunks, [&](int64_t a, int64_t b) {
+  pool->parallel_for_stealing(chunks, [&](int64_t a, int64_t b) {
     run(t0 + a * kPackGroup, std::min(t1, t0 + b * kPackGroup));
+  });
+}
+
+void fp8_dequant_gemm_f64_grouped(const float* x, int64_t m, int64_t ldx,
+                                  const PackedFp8Weight& w, int64_t groups,
+                                  int64_t x_group_stride, float* y, int64_t ldy,
+                                  ThreadPool* pool) {
+  STRATA_CHECK(groups >= 1 && w.n % groups == 0 && (w.n / groups) % kTile == 0);
+  STRATA_CHECK(ldx >= w.k && w.k % w.block_k == 0);
+  if (m == 0) return;
+  const int64_t R = w.n / groups, tpg = R / kTile;
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const bool avx = active_isa() == Isa::kAvx2 && f16c;
+  // Tiles [a, b) of group g (tile indices within the whole weight).
+  auto run = [&](int64_t g, int64_t a, int64_t b) {
+    const float* xg = x + g * x_group_stride;
+    float* yg = y + g * R;
+    if (avx) {
+      tiles_avx2(xg, m, ldx, w, a, b, g * R, (g + 1) * R, yg, ldy);
+    } else {
+      tiles_scalar(xg, m, ldx, w, a, b, g * R, (g + 1) * R, yg, ldy);
+    }
+  };
+  const bool small = m * w.n * w.k < (int64_t{1} << 18);
+  if (pool == nullptr || pool->num_threads() <= 1 || small || w.n / kTile < 2) {
+    for (int64_t g = 0; g < groups; ++g) run(g, g * tpg, (g + 1) * tpg);
+    return;
+  }
+  // Units: chunks of whole packed groups (8 tiles) within each output group, as above.
+  const int64_t cpg = (tpg + kPackGroup - 1) / kPackGroup;
+  pool->parallel_for_stealing(groups * cpg, [&](int64_t u0, int64_t u1) {
+    while (u0 < u1) {
+      const int64_t g = u0 / cpg, last = std::min(u1, (g + 1) * cpg);  // units of group g
+      run(g, g * tpg + (u0 - g * cpg) * kPackGroup,
+          std::min((g + 1) * tpg, g * tpg + (last - g * cpg) * kPackGroup));
+      u0 = last;
+    }
   });
 }
 

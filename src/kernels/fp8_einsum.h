@@ -26,4 +26,15 @@ void fp8_dequant_gemm_f64(const float* x, int64_t m, int64_t ldx, const PackedFp
                           int64_t n_begin, int64_t n_end, float* y, int64_t ldy,
                           ThreadPool* pool);
 
+// The grouped low-rank form in one dispatch: for each g in [0, groups), rows
+// [g·R, (g+1)·R) of W (R = N / groups) times x + g·x_group_stride, written to y + g·R
+// (row stride ldy). Identical, bit for bit, to calling fp8_dequant_gemm_f64(x +
+// g·x_group_stride, m, ldx, w, g·R, (g+1)·R, y + g·R, ldy, pool) for each g; the pool runs
+// all groups' rows together (ThreadPool::parallel_for_stealing) instead of one dispatch
+// per group. Shapes: N % groups == 0, R % 8 == 0. Errors: STRATA_CHECK. Thread safety: pure.
+void fp8_dequant_gemm_f64_grouped(const float* x, int64_t m, int64_t ldx,
+                                  const PackedFp8Weight& w, int64_t groups,
+                                  int64_t x_group_stride, float* y, int64_t ldy,
+                                  ThreadPool* pool);
+
 }  // namespace strata::kernels

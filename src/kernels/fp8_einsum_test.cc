@@ -82,5 +82,39 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   }
 }
 
+// The grouped form (wo_a's G groups in one dispatch) gives, bit for bit, what one call per
+// group gives (the per-group call is checked against the f64 loop above), for group sizes
+// that are and are not whole packed groups (64 rows), M = 1 and 3, and 1-3 threads.
+TEST(Fp8Einsum, GroupedMatchesOneCallPerGroup) {
+  std::mt19937 rng(5);
+  const int64_t N = 1024, K = 256, B = 32;
+  std::vector<uint8_t> codes(N * K), sc((N / B) * (K / B));
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c = 0x10;
+  }
+  for (auto& v : sc) v = static_cast<uint8_t>(118 + rng() % 12);
+  const PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
+  std::normal_distribution<float> nd;
+  for (const int64_t groups : {int64_t{1}, int64_t{4}, int64_t{32}}) {  // R = 1024, 256, 32
+    const int64_t R = N / groups, ldx = groups * K + 3, ldy = N + 5;
+    for (const int64_t m : {int64_t{1}, int64_t{3}}) {
+      std::vector<float> x(m * ldx);
+      for (auto& v : x) v = bf16(nd(rng));
+      std::vector<float> want(m * ldy, -7.0f);
+      for (int64_t g = 0; g < groups; ++g)
+        fp8_dequant_gemm_f64(x.data() + g * K, m, ldx, p, g * R, (g + 1) * R, want.data() + g * R,
+                             ldy, nullptr);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> y(m * ldy, -7.0f);
+        fp8_dequant_gemm_f64_grouped(x.data(), m, ldx, p, groups, K, y.data(), ldy, &pool);
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << "groups " << groups << " m " << m << " threads " << threads;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -110,7 +110,7 @@ void matmul(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPo
     run(0, N);
     return;
   }
-  pool->parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+  pool->parallel_for_stealing(blocks, [&](int64_t b0, int64_t b1) {
     run(b0 * kBlock, std::min(N, b1 * kBlock));
   });
 }
@@ -145,7 +145,7 @@ void matmul_multi(const float* x, int64_t M, std::initializer_list<const WeightM
   int64_t first_block[9];
   first_block[0] = 0;
   for (int i = 0; i < nw; ++i) first_block[i + 1] = first_block[i] + (wv[i]->rows + kBlock - 1) / kBlock;
-  pool->parallel_for(first_block[nw], [&](int64_t b0, int64_t b1) {
+  pool->parallel_for_stealing(first_block[nw], [&](int64_t b0, int64_t b1) {
     for (int i = 0; i < nw; ++i) {
       const int64_t lo = std::max(b0, first_block[i]), hi = std::min(b1, first_block[i + 1]);
       if (lo >= hi) continue;

@@ -245,12 +245,12 @@ void seq_gemm_packed(const float* x, int64_t m, const PackedSeqWeight& w, float*
     return;
   }
   if (tiles < 2 * kGroup) {  // too few for whole groups per thread: split single tiles
-    pool->parallel_for(tiles, [&](int64_t t0, int64_t t1) { run_tiles(x, m, w, y, t0, t1); });
+    pool->parallel_for_stealing(tiles, [&](int64_t t0, int64_t t1) { run_tiles(x, m, w, y, t0, t1); });
     return;
   }
   // Ranges start on group boundaries so every thread runs whole 4-tile groups.
   const int64_t groups = (tiles + kGroup - 1) / kGroup;
-  pool->parallel_for(groups, [&](int64_t g0, int64_t g1) {
+  pool->parallel_for_stealing(groups, [&](int64_t g0, int64_t g1) {
     run_tiles(x, m, w, y, g0 * kGroup, std::min(tiles, g1 * kGroup));
   });
 }
