@@ -95,7 +95,7 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
   c.seq->set_compressor_state(L, ckv.data(), csc.data());
 }
 
-void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) const {
+void DeepseekV41Model::indexer(int L, const float* x, const float* q_proj, Ctx& c) const {
   const LayerSchedule& ls = config_.layers[L];
   const V41IndexerWeights& iw = weights_->layer(L).attn.indexer;
   const int64_t S = c.S, m = ls.ratio;
@@ -108,8 +108,8 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* qr, Ctx& c) c
 
   const v41::RopeTable& rope = rope_[L];
   const int rd = config_.rope_head_dim;
-  std::vector<float> q(S * ih * id);
-  v41::linear(qr, S, iw.wq_b, q.data(), pool_.get());
+  STRATA_CHECK_MSG(q_proj != nullptr, "layer {}: indexer query projection missing", L);
+  std::vector<float> q(q_proj, q_proj + S * ih * id);
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t h = 0; h < ih; ++h) rope.apply(&q[(i * ih + h) * id + id - rd], c.s0 + i, false);
     v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
@@ -226,18 +226,29 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   const int rd = config_.rope_head_dim;
   const v41::RopeTable& rope = rope_[L];
 
-  std::vector<float> t(S * std::max(ql, hd));
+  // wq_a and wkv both read x: one dispatch (v41::linear_batch). Likewise wq_b and, on an
+  // indexer layer, the indexer's wq_b both read qr.
+  std::vector<float> tq(S * ql), tkv(S * hd);
+  {
+    const V41Linear* w[2] = {&aw.wq_a, &aw.wkv};
+    float* y[2] = {tq.data(), tkv.data()};
+    v41::linear_batch(x, S, w, y, 2, pool_.get());
+  }
   std::vector<float> qr(S * ql);
-  v41::linear(x, S, aw.wq_a, t.data(), pool_.get());
-  v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
-  std::vector<float> q(S * H * hd);
-  v41::linear(qr.data(), S, aw.wq_b, q.data(), pool_.get());
+  v41::rms_norm(tq.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
+  std::vector<float> q(S * H * hd), iq;
+  {
+    const bool index_q = ls.ratio > 0 && ls.has_indexer && c.width_end / ls.ratio > 0;
+    if (index_q) iq.resize(S * config_.index_n_heads * config_.index_head_dim);
+    const V41Linear* w[2] = {&aw.wq_b, &aw.indexer.wq_b};
+    float* y[2] = {q.data(), iq.data()};
+    v41::linear_batch(qr.data(), S, w, y, index_q ? 2 : 1, pool_.get());
+  }
   for (int64_t i = 0; i < S; ++i)
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
 
   std::vector<float> kv(S * hd);
-  v41::linear(x, S, aw.wkv, t.data(), pool_.get());
-  v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
+  v41::rms_norm(tkv.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
   for (int64_t i = 0; i < S; ++i) {
     rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
     v41::qdq_fp8(&kv[i * hd], hd, config_.kv_fp8_block());
@@ -272,7 +283,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         c.seq->write_compressed_row(L, rows[r], lr);
       }
     }
-    if (ls.has_indexer) indexer(L, x, qr.data(), c);
+    if (ls.has_indexer) indexer(L, x, iq.empty() ? nullptr : iq.data(), c);
     STRATA_CHECK_MSG(ls.topk_owner >= 0, "layer {} has no top-k owner", L);
     topk = &c.topk[ls.topk_owner];
   }

@@ -229,6 +229,49 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool*
   }
 }
 
+void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* const* y, int n,
+                  ThreadPool* pool) {
+  STRATA_CHECK(n >= 0 && n <= 8);
+  bool batch = n > 1;
+  for (int i = 0; i < n && batch; ++i)
+    batch = w[i]->packed && w[i]->in == w[0]->in &&
+            (w[i]->kind == V41WeightKind::kFp8 || w[i]->kind == V41WeightKind::kFp4);
+  if (!batch) {
+    for (int i = 0; i < n; ++i) linear(x, M, *w[i], y[i], pool);
+    return;
+  }
+  // One quantization of x per activation block (FP8: the weight's block_k; FP4: 32), as
+  // linear_fp8_packed / linear_fp4_packed quantize it.
+  const int64_t K = w[0]->in;
+  int blocks[8];
+  std::vector<float> q[8], s[8];
+  int nq = 0;
+  kernels::PackedGemmJob jobs[8];
+  for (int i = 0; i < n; ++i) {
+    const bool fp8 = w[i]->kind == V41WeightKind::kFp8;
+    const int block = fp8 ? static_cast<int>(w[i]->packed->fp8.block_k) : 32;
+    int j = 0;
+    while (j < nq && blocks[j] != block) ++j;
+    if (j == nq) {
+      blocks[nq] = block;
+      q[nq].resize(static_cast<size_t>(M * K));
+      s[nq].resize(static_cast<size_t>(M * (K / block)));
+      kernels::act_quant_fp8(x, M, K, block, kernels::ScaleFmt::kUe8m0, nullptr, q[nq].data(),
+                             s[nq].data());
+      ++nq;
+    }
+    jobs[i].a = kernels::QuantActs{q[j].data(), s[j].data(), M, K, block};
+    if (fp8) {
+      jobs[i].fp8 = &w[i]->packed->fp8;
+    } else {
+      jobs[i].fp4 = &w[i]->packed->fp4;
+    }
+    jobs[i].y = y[i];
+    jobs[i].out = kernels::OutRound::kBf16;
+  }
+  kernels::gemm_packed_batch(jobs, n, pool);
+}
+
 // Sequential single-accumulator FMA over K per output element: the per-element order of a
 // BLAS sgemm micro-kernel (torch's CPU F.linear), which matches the reference's fp32 results
 // far more often than a lane-split order (measured on the golden per-layer dumps).

@@ -51,6 +51,13 @@ void qdq_fp4_e4m3(float* x, int64_t n, int block);
 // kernels/block_gemm.h and kernels/seq_gemm.h run it, split over output features on `pool`
 // (may be null); they use the same reduction order, so results are bit-identical.
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
+// linear() of several weights on the same x [M, in]: y[i] = linear(x, w[i]). When every
+// weight is packed FP8 or FP4, x is quantized once per activation block size and all the
+// GEMMs run as one pool dispatch (kernels::gemm_packed_batch); otherwise one linear() per
+// weight. Bit-identical to calling linear() for each (same quantization, same kernels).
+// Shapes: every w[i].in equal to x's width; y[i] [M, w[i].out]; n <= 8.
+void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* const* y, int n,
+                  ThreadPool* pool = nullptr);
 // F.linear with the weight promoted to fp32 (x f32), output left in fp32 (no rounding).
 // Used for compressor wkv/wgate (ratio > 1), the MoE gate, the mHC mixes and the LM head.
 // `packed`: the same weight repacked (kernels/seq_gemm.h), used when non-null.

@@ -1,4 +1,4 @@
-// Tests for exec/v41_ops.h index_dots and sparse_attn_head: vector paths against test-local
+// Tests for exec/v41_ops.h index_dots, sparse_attn_head and linear_batch: vector paths against test-local
 // scalar loops written from the documented order (bit-exact), across ISAs.
 #include "exec/v41_ops.h"
 
@@ -10,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "model/deepseek_v41_weights.h"
+#include "model/kernel_pack.h"
 
 namespace strata::v41 {
 namespace {
@@ -189,6 +192,71 @@ TEST(V41Ops, SparseAttnHeadsMatchPerHeadCalls) {
     }
   }
   kernels::set_avx512_enabled(true);
+}
+
+// linear_batch (one dispatch for several weights on the same x) gives the bits of one
+// linear() per weight: packed FP8 with 32- and 128-wide blocks (two quantizations of x) and
+// packed FP4 together; and the fallback when one weight is not packed.
+TEST(V41Ops, LinearBatchMatchesOneLinearPerWeight) {
+  std::mt19937 rng(3);
+  const int64_t K = 256;
+  struct W {
+    std::vector<uint8_t> codes, scales;
+    V41Linear l;
+  };
+  auto make = [&](V41WeightKind kind, int64_t out, int block) {
+    W w;
+    const bool fp4 = kind == V41WeightKind::kFp4;
+    w.codes.resize(fp4 ? out * K / 2 : out * K);
+    for (auto& c : w.codes) {
+      c = static_cast<uint8_t>(rng());
+      if (!fp4 && (c & 0x7f) == 0x7f) c = 0x11;  // no NaN codes
+    }
+    const int64_t srows = fp4 ? out : (out + block - 1) / block, scols = fp4 ? K / 32 : K / block;
+    w.scales.resize(srows * scols);
+    for (auto& v : w.scales) v = static_cast<uint8_t>(118 + rng() % 12);
+    w.l.kind = kind;
+    w.l.out = out;
+    w.l.in = K;
+    w.l.block = block;
+    w.l.weight.dtype = fp4 ? DType::kI8 : DType::kF8_E4M3;
+    w.l.weight.data = w.codes.data();
+    w.l.scale.dtype = DType::kF8_E8M0;
+    w.l.scale.data = w.scales.data();
+    w.l.packed = pack_linear(w.l);
+    return w;
+  };
+  std::vector<W> ws;
+  ws.push_back(make(V41WeightKind::kFp8, 96, 32));
+  ws.push_back(make(V41WeightKind::kFp4, 64, 32));
+  ws.push_back(make(V41WeightKind::kFp8, 200, 128));
+  std::normal_distribution<float> nd;
+  for (const int64_t M : {int64_t{1}, int64_t{3}}) {
+    std::vector<float> x(M * K);
+    for (auto& v : x) v = nd(rng);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (const bool all_packed : {true, false}) {
+        std::vector<V41Linear> ls;
+        for (const W& w : ws) ls.push_back(w.l);
+        if (!all_packed) ls[1].packed = nullptr;  // the scalar reference path for that one
+        std::vector<std::vector<float>> want(ls.size()), got(ls.size());
+        const V41Linear* wp[3];
+        float* yp[3];
+        for (size_t i = 0; i < ls.size(); ++i) {
+          want[i].assign(M * ls[i].out, -1.0f);
+          got[i].assign(M * ls[i].out, -2.0f);
+          linear(x.data(), M, ls[i], want[i].data(), &pool);
+          wp[i] = &ls[i];
+          yp[i] = got[i].data();
+        }
+        linear_batch(x.data(), M, wp, yp, 3, &pool);
+        for (size_t i = 0; i < ls.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4))
+              << "weight " << i << " M " << M << " threads " << threads << " packed " << all_packed;
+      }
+    }
+  }
 }
 
 }  // namespace
