@@ -68,8 +68,9 @@ namespace strata {
 namespace {
 
 // Another layout and other dims (random weights from `strata bench make-v41`): dim 320 and
-// moe_inter 160 are not multiples of 64, so the packed groups are ragged; with and without
-// the AVX-512 decode paths.
+// moe_inter 544 are not multiples of 64, so the packed groups are ragged, and the experts'
+// SwiGLU + quantization runs in 256-wide pieces with a ragged last one (v41_moe.cc); with
+// and without the AVX-512 decode paths.
 TEST(V41PackedKernels, RandomCheckpointOtherDimsBitIdentical) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("strata_v41_ab_" + std::to_string(::getpid()))).string();
@@ -80,7 +81,7 @@ TEST(V41PackedKernels, RandomCheckpointOtherDimsBitIdentical) {
   ro.layers = 6;
   ro.experts = 6;
   ro.activated = 2;
-  ro.moe_inter = 160;
+  ro.moe_inter = 544;
   ro.vocab = 500;
   ASSERT_TRUE(write_v41_random_checkpoint(dir, ro).ok());
   auto ref = load(true, 1, dir);

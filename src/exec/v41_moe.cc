@@ -131,35 +131,66 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
     const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
     const QuantRows& q = quantized_x(up_block[i]);
     const int64_t nkb = D / q.block;
+    y13[i].resize(static_cast<size_t>(m * 2 * I));
+    up[i].y = y13[i].data();
+    bool all_rows = m == S;  // every token, in order (the shared expert; any expert in decode)
+    for (int64_t r = 0; r < m && all_rows; ++r) all_rows = c.toks[r] == r;
+    if (all_rows) {  // x's rows as they are: the batch prepares them once for all such calls
+      up[i].a = kernels::QuantActs{q.q.data(), q.s.data(), m, D, q.block};
+      continue;
+    }
     in[i].q.resize(static_cast<size_t>(m * D));
     in[i].s.resize(static_cast<size_t>(m * nkb));
     for (int64_t r = 0; r < m; ++r) {
       std::copy_n(&q.q[c.toks[r] * D], D, &in[i].q[r * D]);
       std::copy_n(&q.s[c.toks[r] * nkb], nkb, &in[i].s[r * nkb]);
     }
-    y13[i].resize(static_cast<size_t>(m * 2 * I));
     up[i].a = kernels::QuantActs{in[i].q.data(), in[i].s.data(), m, D, q.block};
-    up[i].y = y13[i].data();
   }
   kernels::gemm_packed_batch(up.data(), static_cast<int64_t>(n), pool_.get());
+  // SwiGLU and the FP8 quantization of its output for every call, as one dispatch over
+  // pieces of (call, row, column chunk): both act elementwise / per activation block, so any
+  // cut into whole blocks gives the bits of the whole-row loops.
+  struct Piece {
+    int64_t call, row, c0, c1;
+  };
+  std::vector<Piece> pieces;
   for (size_t i = 0; i < n; ++i) {
-    const ExpertCall& c = calls[i];
-    const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
-    const bool clamp = lim > 0 && (c.route_w != nullptr || config_.shared_expert_clamped);
+    const int64_t m = static_cast<int64_t>(calls[i].toks.size()), I = calls[i].w->w1.out;
+    const int64_t chunk = I % down_block[i] == 0 ? std::max<int64_t>(down_block[i], 256 / down_block[i] * down_block[i]) : I;
     h[i].resize(static_cast<size_t>(m * I));
-    auto rows = [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        swiglu_row(&y13[i][r * 2 * I], &y13[i][r * 2 * I + I], I, lim, clamp,
-                   c.route_w ? &c.route_w[r] : nullptr, &h[i][r * I]);
-    };
-    if (pool_ && m * I >= (int64_t{1} << 16)) {
-      pool_->parallel_for(m, rows);
-    } else {
-      rows(0, m);
+    hq[i].block = down_block[i];
+    hq[i].k = I;
+    hq[i].q.resize(static_cast<size_t>(m * I));
+    hq[i].s.resize(static_cast<size_t>(m * (I / down_block[i])));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c0 = 0; c0 < I; c0 += chunk)
+        pieces.push_back({static_cast<int64_t>(i), r, c0, std::min(I, c0 + chunk)});
+  }
+  auto run_pieces = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const Piece& pc = pieces[p];
+      const ExpertCall& c = calls[pc.call];
+      const int64_t I = c.w->w1.out, r = pc.row, w = pc.c1 - pc.c0, blk = down_block[pc.call];
+      const bool clamp = lim > 0 && (c.route_w != nullptr || config_.shared_expert_clamped);
+      const float* y = &y13[pc.call][r * 2 * I];
+      float* hr = &h[pc.call][r * I + pc.c0];
+      swiglu_row(y + pc.c0, y + I + pc.c0, w, lim, clamp, c.route_w ? &c.route_w[r] : nullptr, hr);
+      QuantRows& q = hq[pc.call];
+      kernels::act_quant_fp8(hr, 1, w, static_cast<int>(blk), kernels::ScaleFmt::kUe8m0, nullptr,
+                             &q.q[r * I + pc.c0], &q.s[(r * I + pc.c0) / blk]);
     }
-    hq[i].make(h[i].data(), m, I, down_block[i]);
+  };
+  const int64_t work = static_cast<int64_t>(pieces.size());
+  if (pool_ && pool_->num_threads() > 1 && work > 1) {
+    pool_->parallel_for(work, run_pieces);
+  } else {
+    run_pieces(0, work);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t m = static_cast<int64_t>(calls[i].toks.size()), I = calls[i].w->w1.out;
     down[i].a = kernels::QuantActs{hq[i].q.data(), hq[i].s.data(), m, I, down_block[i]};
-    down[i].y = c.out;
+    down[i].y = calls[i].out;
   }
   kernels::gemm_packed_batch(down.data(), static_cast<int64_t>(n), pool_.get());
   return true;

@@ -697,6 +697,7 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
     ExtActs ext;
     int64_t groups = 0, first = 0;  // 64-row groups; index of the first in the batch order
     double group_cost = 0;          // estimated time of one group (FP8 weight units)
+    int64_t ext_of = -1;            // the job whose ext this one shares (same activations)
   };
   std::vector<Prep> prep(static_cast<size_t>(n_jobs));
   double total = 0;
@@ -712,7 +713,17 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
       check_fp4(job.a, job.fp4->k, 32);
       p.s = src_of(*job.fp4);
     }
-    if (use_ext) prepare_ext_acts(job.a, p.s, &p.ext);
+    // Jobs on the same activations and weight format (e.g. the w1|w3 GEMMs of experts that
+    // every token of the call routes to) share one prepared copy.
+    p.ext_of = j;
+    for (int64_t i = 0; i < j; ++i)
+      if (prep[i].ext_of == i && prep[i].s.fp4() == p.s.fp4() && jobs[i].a.q == job.a.q &&
+          jobs[i].a.scales == job.a.scales && jobs[i].a.m == job.a.m && jobs[i].a.k == job.a.k &&
+          jobs[i].a.block == job.a.block && prep[i].s.bk == p.s.bk) {
+        p.ext_of = i;
+        break;
+      }
+    if (use_ext && p.ext_of == j) prepare_ext_acts(job.a, p.s, &p.ext);
     p.groups = job.a.m > 0 ? (p.s.n + kPackGroup * kTile - 1) / (kPackGroup * kTile) : 0;
     p.first = all_groups;
     all_groups += p.groups;
@@ -725,7 +736,7 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
   auto cols = [&](int64_t j, int64_t g0, int64_t g1) {
     const PackedGemmJob& job = jobs[j];
     const Prep& p = prep[j];
-    const ExtActs* e = use_ext ? &p.ext : nullptr;
+    const ExtActs* e = use_ext ? &prep[p.ext_of].ext : nullptr;
     run_cols(job.a, p.s, e, job.y, job.out, g0 * kPackGroup * kTile,
              std::min(p.s.n, g1 * kPackGroup * kTile), avx);
   };

@@ -387,5 +387,62 @@ TEST(BlockGemm, PackedBatchMatchesEachGemmAlone) {
   set_avx512_ext_enabled(true);  // as the tests above leave it
 }
 
+// Jobs on the very same activations (the w1|w3 GEMMs of several experts in decode) share
+// one prepared copy of them in the batch; a job on other activations of the same shape has
+// its own. Every output still matches its GEMM run alone.
+TEST(BlockGemm, PackedBatchJobsSharingActivations) {
+  Rand r;
+  const int64_t K = 256;
+  for (const int64_t m : {int64_t{1}, int64_t{2}}) {
+    auto x = r.bf16_normal(m * K, 1.0f);
+    std::vector<float> q(m * K), s(m * (K / 32));
+    act_quant_fp8(x.data(), m, K, 32, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
+    const QuantActs a{q.data(), s.data(), m, K, 32};
+    // and one job on other activations of the same shape, which must not share a's copy
+    auto x2 = r.bf16_normal(m * K, 1.0f);
+    std::vector<float> q2(m * K), s2(m * (K / 32));
+    act_quant_fp8(x2.data(), m, K, 32, ScaleFmt::kUe8m0, nullptr, q2.data(), s2.data());
+    const QuantActs a2{q2.data(), s2.data(), m, K, 32};
+    std::vector<PackedFp4Weight> w4;
+    std::vector<PackedFp8Weight> w8;
+    for (int i = 0; i < 3; ++i) {
+      auto c = r.bytes(192 * K / 2, 0, 255), sc = r.bytes(192 * (K / 32), 118, 126);
+      w4.push_back(pack_fp4_weight(Fp4Weight{c.data(), sc.data(), 192, K, 32}));
+    }
+    for (int i = 0; i < 2; ++i) {
+      auto c = random_e4m3(r, 128 * K), sc = r.bytes(4 * (K / 32), 118, 126);
+      w8.push_back(pack_fp8_weight(Fp8BlockWeight{c.data(), sc.data(), nullptr, 128, K, 32, 32}));
+    }
+    // Order mixes the formats: fp4, fp8, fp4, fp4, fp8.
+    const std::vector<std::pair<bool, int>> order = {{true, 0}, {false, 0}, {true, 1}, {true, 2}, {false, 1}};
+    const size_t other = 2;  // this job reads a2
+    std::vector<std::vector<float>> want(order.size()), got(order.size());
+    std::vector<PackedGemmJob> jobs;
+    for (size_t j = 0; j < order.size(); ++j) {
+      const auto [fp4, i] = order[j];
+      const int64_t n = fp4 ? 192 : 128;
+      want[j].assign(m * n, -1.0f);
+      got[j].assign(m * n, -2.0f);
+      PackedGemmJob job;
+      job.a = j == other ? a2 : a;
+      if (fp4) {
+        fp4_gemm_packed(job.a, w4[i], want[j].data(), OutRound::kBf16, nullptr);
+        job.fp4 = &w4[i];
+      } else {
+        fp8_gemm_packed(job.a, w8[i], want[j].data(), OutRound::kBf16, nullptr);
+        job.fp8 = &w8[i];
+      }
+      job.y = got[j].data();
+      jobs.push_back(job);
+    }
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool);
+      for (size_t j = 0; j < order.size(); ++j)
+        EXPECT_EQ(got[j], want[j]) << "job " << j << " m " << m << " threads " << threads;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels
