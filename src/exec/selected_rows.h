@@ -31,7 +31,9 @@ class SelectedRows {
       }
     std::sort(ids_.begin(), ids_.end());
     ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
-    rows_.resize(ids_.size() * static_cast<size_t>(width));
+    // Grows only: every row handed out below is written by `read` first.
+    if (rows_.size() < ids_.size() * static_cast<size_t>(width))
+      rows_.resize(ids_.size() * static_cast<size_t>(width));
     for (size_t r = 0; r < ids_.size();) {
       size_t e = r + 1;
       while (e < ids_.size() && ids_[e] == ids_[e - 1] + 1) ++e;

@@ -296,12 +296,15 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   // Ring rows of earlier calls this call's queries can see: [max(0, s0-W+1), s0), read once
   // (before this call's rows overwrite their slots).
   const int64_t ring0 = std::max<int64_t>(0, s0 - W + 1);
-  std::vector<float> ring((s0 - ring0) * hd);
+  // Per-thread scratch kept across calls: rewritten before it is read, so it need not be
+  // zeroed (a fresh vector here cleared ~256 KB per layer and token).
+  thread_local std::vector<float> ring;
+  if (ring.size() < static_cast<size_t>((s0 - ring0) * hd)) ring.resize((s0 - ring0) * hd);
   for (int64_t pos = ring0; pos < s0; ++pos)
     c.seq->read_window_row(L, pos, &ring[(pos - ring0) * hd]);
   // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
   const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
-  SelectedRows crows;
+  thread_local SelectedRows crows;  // scratch kept across calls, as `ring`
   if (topk) {
     crows.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
       c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);

@@ -112,6 +112,57 @@ void qdq_fp8(float* x, int64_t n, int block) {
   }
 }
 
+namespace {
+// 16 lanes of xb <- bf16(round_e2m1(clamp(xb / s, -6, 6)) * s), each lane computed with the
+// scalar loop's operations (IEEE division, the same threshold compares for RNE onto the
+// E2M1 grid, sign from the clamped value, one product, RNE to bf16). Returns false, having
+// written nothing, when a lane of xb / s is NaN (the scalar loop handles those).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_undefined_*
+__attribute__((target("avx512f"))) bool qdq_e2m1_16(float* xb, float s) {
+  const __m512 q = _mm512_div_ps(_mm512_loadu_ps(xb), _mm512_set1_ps(s));
+  if (_mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q) != 0) return false;
+  const __m512 v = _mm512_max_ps(_mm512_min_ps(q, _mm512_set1_ps(kFp4Max)), _mm512_set1_ps(-kFp4Max));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN));
+  const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(v)));
+  // round_e2m1: code = #midpoints below mag; at a midpoint, up where the upper neighbour is
+  // the even code (0.75, 1.75, 3.5).
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512i code = _mm512_setzero_si512();
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(0.25f), _CMP_GT_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(0.75f), _CMP_GE_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.25f), _CMP_GT_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.75f), _CMP_GE_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(2.5f), _CMP_GT_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(3.5f), _CMP_GE_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(mag, _mm512_set1_ps(5.0f), _CMP_GT_OQ), code, one);
+  const __m512 grid = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512 r = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(_mm512_permutexvar_ps(code, grid)), sign));
+  // bf16(r * s), RNE; r * s is finite (|r| <= 6, s a finite scale), so no NaN case.
+  const __m512i u = _mm512_castps_si512(_mm512_mul_ps(r, _mm512_set1_ps(s)));
+  const __m512i rounded = _mm512_and_si512(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                           _mm512_and_si512(_mm512_srli_epi32(u, 16), one))),
+      _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  _mm512_storeu_ps(xb, _mm512_castsi512_ps(rounded));
+  return true;
+}
+#pragma GCC diagnostic pop
+
+// One QDQ block with scale s: 16-lane steps where AVX-512 is on, the scalar loop otherwise.
+void qdq_e2m1_block(float* xb, int block, float s) {
+  int i = 0;
+  if (kernels::avx512_active())
+    for (; i + 16 <= block && qdq_e2m1_16(xb + i, s); i += 16) {
+    }
+  for (; i < block; ++i) {
+    const float v = std::clamp(xb[i] / s, -kFp4Max, kFp4Max);
+    xb[i] = round_to_bf16(round_e2m1(v) * s);
+  }
+}
+}  // namespace
+
 void qdq_fp4_e8m0(float* x, int64_t n, int block) {
   STRATA_CHECK(n % block == 0);
   const float floor_amax = static_cast<float>(6.0 * std::ldexp(1.0, -126));
@@ -120,11 +171,7 @@ void qdq_fp4_e8m0(float* x, int64_t n, int block) {
     float amax = 0.0f;
     for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
     amax = std::max(amax, floor_amax);
-    float s = pow2_ceil(amax * kFp4MaxInv);
-    for (int i = 0; i < block; ++i) {
-      float v = std::clamp(xb[i] / s, -kFp4Max, kFp4Max);
-      xb[i] = round_to_bf16(round_e2m1(v) * s);
-    }
+    qdq_e2m1_block(xb, block, pow2_ceil(amax * kFp4MaxInv));
   }
 }
 
@@ -136,11 +183,7 @@ void qdq_fp4_e4m3(float* x, int64_t n, int block) {
     float amax = 0.0f;
     for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
     amax = std::max(amax, floor_amax);
-    float s = round_e4m3(amax / kFp4Max);
-    for (int i = 0; i < block; ++i) {
-      float v = std::clamp(xb[i] / s, -kFp4Max, kFp4Max);
-      xb[i] = round_to_bf16(round_e2m1(v) * s);
-    }
+    qdq_e2m1_block(xb, block, round_e4m3(amax / kFp4Max));
   }
 }
 

@@ -259,5 +259,44 @@ TEST(V41Ops, LinearBatchMatchesOneLinearPerWeight) {
   }
 }
 
+// The AVX-512 FP4 QDQ (16 lanes) gives the scalar loop's bits: random values, every E2M1
+// midpoint and grid point times the block scale (ties), signed zeros, values past the clamp,
+// and NaN / inf lanes (their 16-lane chunk falls back to the scalar loop).
+TEST(V41Ops, QdqFp4VectorMatchesScalar) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t n = 64 * 32;
+  std::vector<float> x(n);
+  for (auto& v : x) v = nd(rng);
+  // Block 3: E2M1 midpoints and grid points; with its block scale (1 or 2, from amax 6) they
+  // stay exact ties and grid values.
+  const float special[] = {0.25f, -0.25f, 0.75f, -0.75f, 1.25f, 1.75f, -1.75f, 2.5f, 3.5f, -3.5f,
+                           5.0f, -5.0f, 0.0f, -0.0f, 6.0f, -6.0f, 0.5f, 1.5f, 3.0f, 4.0f};
+  for (int i = 0; i < 20; ++i) x[3 * 32 + i] = special[i];
+  x[5 * 32 + 7] = 1e30f;                                         // clamps
+  x[6 * 32 + 1] = std::numeric_limits<float>::quiet_NaN();       // NaN lane
+  x[7 * 32 + 20] = -std::numeric_limits<float>::infinity();      // inf: NaN after / inf
+  for (int i = 0; i < 32; ++i) x[8 * 32 + i] = 1e-30f * static_cast<float>(i - 16);  // floor scale
+  auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  const bool was = kernels::avx512_enabled();
+  for (const int block : {32, 16}) {
+    std::vector<float> a8 = x, a4 = x, v8 = x, v4 = x;
+    kernels::set_avx512_enabled(false);
+    qdq_fp4_e8m0(a8.data(), n, block);
+    qdq_fp4_e4m3(a4.data(), n, block);
+    kernels::set_avx512_enabled(true);
+    qdq_fp4_e8m0(v8.data(), n, block);
+    qdq_fp4_e4m3(v4.data(), n, block);
+    EXPECT_TRUE(bits_equal(a8, v8)) << "e8m0 block " << block;
+    EXPECT_TRUE(bits_equal(a4, v4)) << "e4m3 block " << block;
+    if (block == 32) {  // a tie went where round_e2m1 sends it
+      EXPECT_EQ(a8[3 * 32 + 2], 1.0f);
+    }
+  }
+  kernels::set_avx512_enabled(was);
+}
+
 }  // namespace
 }  // namespace strata::v41
