@@ -41,6 +41,14 @@ class SelectedRows {
       r = e;
     }
   }
+  // Frees the row buffer when it holds more than max_bytes (a long prefill's selection),
+  // so a SelectedRows kept as scratch across calls does not pin that memory.
+  void trim(size_t max_bytes) {
+    if (rows_.capacity() * sizeof(float) > max_bytes) {
+      std::vector<float>().swap(rows_);
+      ids_.clear();
+    }
+  }
   // Row g's values [width]. Errors: STRATA_CHECK when g was not selected.
   const float* row(int64_t g) const {
     const auto it = std::lower_bound(ids_.begin(), ids_.end(), static_cast<int32_t>(g));

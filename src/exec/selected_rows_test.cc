@@ -37,5 +37,24 @@ TEST(SelectedRows, EmptyListsReadNothing) {
   EXPECT_EQ(calls, 0);
 }
 
+// Reused as scratch: a second, smaller gather after a larger one returns its own rows (the
+// buffer keeps its size); trim keeps a buffer under the limit, and a gather after a trim
+// that dropped the buffer works.
+TEST(SelectedRows, ReuseAndTrim) {
+  SelectedRows s;
+  auto fill = [](int64_t g0, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(100 + g0 + i);
+  };
+  s.gather(std::vector<std::vector<int32_t>>{{0, 1, 2, 3, 4, 5}}, 6, 1, fill);
+  s.gather(std::vector<std::vector<int32_t>>{{5, 2}}, 6, 1, fill);
+  EXPECT_EQ(s.row(2)[0], 102.0f);
+  EXPECT_EQ(s.row(5)[0], 105.0f);
+  s.trim(1 << 20);  // under the limit: kept
+  EXPECT_EQ(s.row(5)[0], 105.0f);
+  s.trim(0);
+  s.gather(std::vector<std::vector<int32_t>>{{1}}, 6, 1, fill);
+  EXPECT_EQ(s.row(1)[0], 101.0f);
+}
+
 }  // namespace
 }  // namespace strata
