@@ -1,6 +1,7 @@
 // `strata inspect` (src/tools/cmd_inspect.cc) through the real binary: a readable model
 // directory reports its parameters and exits 0; the same config next to a corrupt
-// model.safetensors still gets its config report but exits 1 with the error (text and JSON).
+// model.safetensors still gets its config report but exits 1 with the error (text and JSON);
+// a path with no config exits 1 like any model that does not load (usage errors exit 2).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -48,6 +49,13 @@ TEST(InspectCli, CorruptCheckpointExitsNonZeroAfterConfigReport) {
   EXPECT_TRUE(j.contains("checkpoint_error"));
   EXPECT_FALSE(j.contains("parameters"));
   fs::remove_all(dir);
+}
+
+TEST(InspectCli, MissingModelExitsOne) {
+  std::string out;
+  EXPECT_EQ(run_strata("inspect /nonexistent/strata-model", &out, /*with_stderr=*/true), 1);
+  EXPECT_NE(out.find("no config at"), std::string::npos) << out;
+  EXPECT_EQ(run_strata("inspect", &out, /*with_stderr=*/true), 2);  // missing argument
 }
 
 }  // namespace

@@ -121,7 +121,9 @@ void ThreadPool::parallel_for_stealing(int64_t n, const std::function<void(int64
   if (stolen != nullptr) *stolen = 0;
   if (n <= 0) return;
   STRATA_CHECK(max_run >= 1 && n < (int64_t{1} << 32));
-  const int threads = num_threads_;
+  // Without given home ranges, no more threads than units (as parallel_for: one unit runs
+  // inline, without a dispatch).
+  const int threads = home ? num_threads_ : static_cast<int>(std::min<int64_t>(num_threads_, n));
   if (threads <= 1 || t_in_pool) {
     for (int64_t u = 0; u < n; u += max_run) fn(u, std::min(n, u + max_run));
     return;

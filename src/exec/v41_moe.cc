@@ -182,7 +182,10 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
     }
   };
   const int64_t work = static_cast<int64_t>(pieces.size());
-  if (pool_ && pool_->num_threads() > 1 && work > 1) {
+  int64_t elems = 0;  // below ~4K elements (a few us) a dispatch costs more than it saves
+  for (size_t i = 0; i < n; ++i)
+    elems += static_cast<int64_t>(calls[i].toks.size()) * calls[i].w->w1.out;
+  if (pool_ && pool_->num_threads() > 1 && work > 1 && elems >= 4096) {
     pool_->parallel_for(work, run_pieces);
   } else {
     run_pieces(0, work);

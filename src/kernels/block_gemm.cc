@@ -740,10 +740,15 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
     run_cols(job.a, p.s, e, job.y, job.out, g0 * kPackGroup * kTile,
              std::min(p.s.n, g1 * kPackGroup * kTile), avx);
   };
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  // As run(): below ~256K multiply-adds in all, a pool dispatch costs more than it saves.
+  int64_t macs = 0;
+  for (int64_t j = 0; j < n_jobs; ++j) macs += jobs[j].a.m * prep[j].s.n * prep[j].s.k;
+  const int threads =
+      pool == nullptr || macs < options.min_parallel_macs ? 1 : pool->num_threads();
   if (threads <= 1 || total <= 0) {
     for (int64_t j = 0; j < n_jobs; ++j)
       if (prep[j].groups > 0) cols(j, 0, prep[j].groups);
+    if (options.stolen_groups != nullptr) *options.stolen_groups = 0;
     return;
   }
   // Home ranges over the batch's groups (all jobs' groups in job order): thread t owns the

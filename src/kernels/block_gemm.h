@@ -196,6 +196,9 @@ struct PackedGemmJob {
 inline constexpr double kFp4WeightCost = 0.85;
 struct BatchOptions {
   double fp4_weight_cost = kFp4WeightCost;  // > 0
+  // Below this many multiply-adds in all the batch runs on the calling thread (a dispatch
+  // costs more); tests set 0 to run small batches on the pool.
+  int64_t min_parallel_macs = int64_t{1} << 18;
   bool home_on_last_thread = false;  // tests: every group starts in the last thread's range
   int64_t* stolen_groups = nullptr;  // out (optional): groups taken from another's range
 };

@@ -354,6 +354,7 @@ TEST(BlockGemm, PackedBatchMatchesEachGemmAlone) {
       BatchOptions opt;
       opt.fp4_weight_cost = split == 0 ? kFp4WeightCost : split == 1 ? 0.01 : 100.0;
       opt.home_on_last_thread = split == 3;
+      opt.min_parallel_macs = 0;  // these small jobs too run on the pool
       opt.stolen_groups = &stolen;
       ThreadPool pool(threads);
       std::vector<std::vector<float>> y(cases.size());
@@ -437,10 +438,25 @@ TEST(BlockGemm, PackedBatchJobsSharingActivations) {
     }
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool);
+      BatchOptions opt;
+      opt.min_parallel_macs = 0;
+      gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool, opt);
       for (size_t j = 0; j < order.size(); ++j)
         EXPECT_EQ(got[j], want[j]) << "job " << j << " m " << m << " threads " << threads;
     }
+    // Under the default size threshold (M = 1 here: ~213K multiply-adds) this batch runs on
+    // the calling thread: with every group homed on the last thread, nothing is taken from
+    // it, and the bits hold.
+    if (m != 1) continue;
+    ThreadPool pool(2);
+    int64_t stolen = -1;
+    BatchOptions small;
+    small.home_on_last_thread = true;
+    small.stolen_groups = &stolen;
+    for (auto& g : got) std::fill(g.begin(), g.end(), -3.0f);
+    gemm_packed_batch(jobs.data(), static_cast<int64_t>(jobs.size()), &pool, small);
+    EXPECT_EQ(stolen, 0);
+    for (size_t j = 0; j < order.size(); ++j) EXPECT_EQ(got[j], want[j]) << "inline, job " << j;
   }
 }
 

@@ -59,18 +59,24 @@ void prefault(const std::string& path, const uint8_t* p, size_t n) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t chunk = 16ull << 20;
   volatile uint8_t sink = 0;
+  // On a terminal the line updates in place; into a file or pipe only the final line goes.
+  const bool tty = isatty(STDERR_FILENO) != 0;
   int last_pct = -1;
   for (size_t off = 0; off < n; off += chunk) {
     const size_t end = std::min(n, off + chunk);
     for (size_t i = off; i < end; i += page) sink = sink + p[i];
     const int pct = static_cast<int>(100.0 * static_cast<double>(end) / static_cast<double>(n));
-    if (pct != last_pct) {
+    if (tty && pct != last_pct) {
       fmt::print(stderr, "\r[load] {}: {:3d}% ({} MiB)", path, pct, end >> 20);
       std::fflush(stderr);
       last_pct = pct;
     }
   }
-  fmt::print(stderr, "\n");
+  if (tty) {
+    fmt::print(stderr, "\n");
+  } else {
+    fmt::print(stderr, "[load] {}: 100% ({} MiB)\n", path, n >> 20);
+  }
   (void)sink;
 }
 

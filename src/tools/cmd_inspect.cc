@@ -161,7 +161,7 @@ int run_inspect(const InspectArgs& a) {
   }
   if (!fs::exists(cfg_path, ec)) {
     fmt::print(stderr, "inspect: no config at {}\n", cfg_path.string());
-    return 2;
+    return 1;  // a model that does not load, as `generate --model` (usage errors exit 2)
   }
   const std::string text = read_file(cfg_path);
   std::optional<DeepseekConfig> ds;
