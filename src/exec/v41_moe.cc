@@ -157,7 +157,9 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
   std::vector<Piece> pieces;
   for (size_t i = 0; i < n; ++i) {
     const int64_t m = static_cast<int64_t>(calls[i].toks.size()), I = calls[i].w->w1.out;
-    const int64_t chunk = I % down_block[i] == 0 ? std::max<int64_t>(down_block[i], 256 / down_block[i] * down_block[i]) : I;
+    // 256 columns, or one activation block where blocks are wider (I % block == 0: the w2
+    // GEMM's shape rule).
+    const int64_t blk = down_block[i], chunk = std::max<int64_t>(blk, 256 / blk * blk);
     h[i].resize(static_cast<size_t>(m * I));
     hq[i].block = down_block[i];
     hq[i].k = I;
