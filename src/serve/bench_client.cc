@@ -1,6 +1,7 @@
 #include "serve/bench_client.h"
 
 #include <httplib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -203,7 +204,8 @@ StatusOr<BenchRun> run_benchmark(const Workload& workload, const BenchClientOpti
   const auto t0 = Clock::now();
   std::atomic<bool> monitor_stop{false};
   std::thread monitor;
-  if (o.progress) {
+  // The running line updates in place on a terminal only; a log gets the final line alone.
+  if (o.progress && isatty(STDERR_FILENO) != 0) {
     monitor = std::thread([&] {
       while (!monitor_stop) {
         fmt::print(stderr, "\r[bench] {}/{} done, {} failed, {} in flight, {:.1f} s   ",
@@ -242,6 +244,9 @@ StatusOr<BenchRun> run_benchmark(const Workload& workload, const BenchClientOpti
     monitor.join();
     fmt::print(stderr, "\r[bench] {}/{} done, {} failed, {:.1f} s                    \n", done.load(),
                n, failed.load(), run.duration_s);
+  } else if (o.progress) {
+    fmt::print(stderr, "[bench] {}/{} done, {} failed, {:.1f} s\n", done.load(), n, failed.load(),
+               run.duration_s);
   }
   auto after = http_get(o.url, "/metrics");
   if (before.ok() && after.ok()) {
