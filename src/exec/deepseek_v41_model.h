@@ -139,9 +139,10 @@ class DeepseekV41Model {
   void attention(int layer, const float* x, Ctx& c, float* out) const;
   void compress(int layer, const float* x, Ctx& c, std::vector<float>* latent,
                 std::vector<int64_t>* latent_rows) const;
-  // q_proj: the indexer's wq_b(qr) [S, index_n_heads * index_head_dim], computed by the
-  // caller together with the attention's wq_b (one dispatch).
-  void indexer(int layer, const float* x, const float* q_proj, Ctx& c) const;
+  // q: the indexer's wq_b(qr) [S, index_n_heads * index_head_dim], computed by the caller
+  // together with the attention's wq_b (one dispatch); RoPE and FP4 QDQ are applied to it in
+  // place.
+  void indexer(int layer, const float* x, float* q, Ctx& c) const;
   // MoE (v41_moe.cc).
   void moe(int layer, const float* x, Ctx& c, float* out) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,

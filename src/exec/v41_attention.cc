@@ -95,7 +95,7 @@ void DeepseekV41Model::compress(int L, const float* x, Ctx& c, std::vector<float
   c.seq->set_compressor_state(L, ckv.data(), csc.data());
 }
 
-void DeepseekV41Model::indexer(int L, const float* x, const float* q_proj, Ctx& c) const {
+void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   const LayerSchedule& ls = config_.layers[L];
   const V41IndexerWeights& iw = weights_->layer(L).attn.indexer;
   const int64_t S = c.S, m = ls.ratio;
@@ -108,8 +108,7 @@ void DeepseekV41Model::indexer(int L, const float* x, const float* q_proj, Ctx& 
 
   const v41::RopeTable& rope = rope_[L];
   const int rd = config_.rope_head_dim;
-  STRATA_CHECK_MSG(q_proj != nullptr, "layer {}: indexer query projection missing", L);
-  std::vector<float> q(q_proj, q_proj + S * ih * id);
+  STRATA_CHECK_MSG(q != nullptr, "layer {}: indexer query projection missing", L);
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t h = 0; h < ih; ++h) rope.apply(&q[(i * ih + h) * id + id - rd], c.s0 + i, false);
     v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);

@@ -41,24 +41,6 @@ void swiglu_row(const float* g, const float* u, int64_t I, float lim, bool clamp
   }
 }
 
-// A packed linear's kernel weight and activation block, or false when it is not packed as
-// FP8/FP4.
-bool packed_gemm(const V41PackedLinear* p, V41WeightKind kind, kernels::PackedGemmJob* job,
-                 int* block) {
-  if (p == nullptr) return false;
-  if (kind == V41WeightKind::kFp8) {
-    job->fp8 = &p->fp8;
-    *block = p->fp8.block_k;
-    return true;
-  }
-  if (kind == V41WeightKind::kFp4) {
-    job->fp4 = &p->fp4;
-    *block = 32;  // V4.1's FP4 activation block (linear_fp4_packed(.., 32, ..))
-    return true;
-  }
-  return false;
-}
-
 // Row-wise FP8 activation quantization (ue8m0 scales) of x [M, K] in blocks of `block`.
 struct QuantRows {
   int block = 0;
@@ -111,8 +93,8 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
   std::vector<int> up_block(n), down_block(n);
   for (size_t i = 0; i < n; ++i) {
     const V41ExpertWeights& w = *calls[i].w;
-    if (!packed_gemm(w.w13_packed.get(), w.w1.kind, &up[i], &up_block[i]) ||
-        !packed_gemm(w.w2.packed.get(), w.w2.kind, &down[i], &down_block[i]) ||
+    if (!v41::packed_gemm_job(w.w13_packed.get(), w.w1.kind, &up[i], &up_block[i]) ||
+        !v41::packed_gemm_job(w.w2.packed.get(), w.w2.kind, &down[i], &down_block[i]) ||
         w.w1.in != D || w.w2.out != D)
       return false;
   }

@@ -272,27 +272,43 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool*
   }
 }
 
+bool packed_gemm_job(const V41PackedLinear* p, V41WeightKind kind, kernels::PackedGemmJob* job,
+                     int* block) {
+  if (p == nullptr) return false;
+  if (kind == V41WeightKind::kFp8) {
+    job->fp8 = &p->fp8;
+    *block = static_cast<int>(p->fp8.block_k);
+    return true;
+  }
+  if (kind == V41WeightKind::kFp4) {
+    job->fp4 = &p->fp4;
+    *block = 32;  // V4.1's FP4 activation block (linear_fp4_packed(.., 32, ..))
+    return true;
+  }
+  return false;
+}
+
 void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* const* y, int n,
                   ThreadPool* pool) {
   STRATA_CHECK(n >= 0 && n <= 8);
+  kernels::PackedGemmJob jobs[8];
+  int block_of[8];
   bool batch = n > 1;
   for (int i = 0; i < n && batch; ++i)
-    batch = w[i]->packed && w[i]->in == w[0]->in &&
-            (w[i]->kind == V41WeightKind::kFp8 || w[i]->kind == V41WeightKind::kFp4);
+    batch = w[i]->in == w[0]->in &&
+            packed_gemm_job(w[i]->packed.get(), w[i]->kind, &jobs[i], &block_of[i]);
   if (!batch) {
     for (int i = 0; i < n; ++i) linear(x, M, *w[i], y[i], pool);
     return;
   }
-  // One quantization of x per activation block (FP8: the weight's block_k; FP4: 32), as
-  // linear_fp8_packed / linear_fp4_packed quantize it.
+  // One quantization of x per activation block, as linear_fp8_packed / linear_fp4_packed
+  // quantize it.
   const int64_t K = w[0]->in;
   int blocks[8];
   std::vector<float> q[8], s[8];
   int nq = 0;
-  kernels::PackedGemmJob jobs[8];
   for (int i = 0; i < n; ++i) {
-    const bool fp8 = w[i]->kind == V41WeightKind::kFp8;
-    const int block = fp8 ? static_cast<int>(w[i]->packed->fp8.block_k) : 32;
+    const int block = block_of[i];
     int j = 0;
     while (j < nq && blocks[j] != block) ++j;
     if (j == nq) {
@@ -304,11 +320,6 @@ void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* c
       ++nq;
     }
     jobs[i].a = kernels::QuantActs{q[j].data(), s[j].data(), M, K, block};
-    if (fp8) {
-      jobs[i].fp8 = &w[i]->packed->fp8;
-    } else {
-      jobs[i].fp4 = &w[i]->packed->fp4;
-    }
     jobs[i].y = y[i];
     jobs[i].out = kernels::OutRound::kBf16;
   }

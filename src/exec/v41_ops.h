@@ -51,6 +51,11 @@ void qdq_fp4_e4m3(float* x, int64_t n, int block);
 // kernels/block_gemm.h and kernels/seq_gemm.h run it, split over output features on `pool`
 // (may be null); they use the same reduction order, so results are bit-identical.
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
+// Points `job` at a packed FP8/FP4 weight and sets the activation block linear() quantizes
+// x in for it (FP8: the weight's block_k; FP4: 32); false (job untouched) when `p` is null
+// or the kind is BF16/F32.
+bool packed_gemm_job(const V41PackedLinear* p, V41WeightKind kind, kernels::PackedGemmJob* job,
+                     int* block);
 // linear() of several weights on the same x [M, in]: y[i] = linear(x, w[i]). When every
 // weight is packed FP8 or FP4, x is quantized once per activation block size and all the
 // GEMMs run as one pool dispatch (kernels::gemm_packed_batch); otherwise one linear() per
