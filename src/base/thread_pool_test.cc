@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -68,19 +69,25 @@ TEST(ThreadPoolTest, StealingRunsEveryUnitOnce) {
 TEST(ThreadPoolTest, StealingTakesFromAnEmptyHandedThreadsNeighbours) {
   ThreadPool pool(2);
   const int64_t n = 64;
-  // Everything starts in thread 1's range; the caller (thread 0) starts at once with nothing
-  // of its own, so it takes units from thread 1's back. Units are slow enough (50 us) that
-  // thread 1 cannot have run them all before.
+  // Everything starts in thread 1's range; the caller (thread 0) has nothing of its own, so
+  // it takes units from thread 1's back. Thread 1 holds its first call until the caller has
+  // run a unit (or 10 s pass), so the outcome does not hang on scheduling.
   const int64_t home[3] = {0, 0, n};
   std::vector<std::atomic<int>> hits(n);
   int64_t stolen = 0;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> caller_ran{false};
   pool.parallel_for_stealing(
       n,
       [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) hits[i]++;
-        const auto t = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-        while (std::chrono::steady_clock::now() < t) {
+        if (std::this_thread::get_id() == caller) {
+          caller_ran = true;
+          return;
         }
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!caller_ran && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+        caller_ran = true;  // wait at most once
       },
       4, home, &stolen);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
