@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 
 namespace strata {
 
@@ -19,8 +21,15 @@ class SelectedRows {
   // are the reference's "unreachable" marks and are skipped), ascending, and decodes them
   // through read(g0, n, out) (n consecutive rows from g0 into out [n, width]), one call per
   // run of consecutive ids. Errors: STRATA_CHECK when an id is >= `available`.
+  //
+  // With a `pool` of more than one thread and at least kParallelRows selected rows, the runs
+  // are cut into pieces of at most kPieceRows rows that the pool decodes in parallel, so
+  // `read` must then be safe to call concurrently (it writes disjoint rows of `out`). The
+  // rows are the same either way.
+  static constexpr size_t kPieceRows = 16, kParallelRows = 32;
   template <class Lists, class Read>
-  void gather(const Lists& lists, int64_t available, int64_t width, Read read) {
+  void gather(const Lists& lists, int64_t available, int64_t width, Read read,
+              ThreadPool* pool = nullptr) {
     width_ = width;
     ids_.clear();
     for (const auto& list : lists)
@@ -34,11 +43,25 @@ class SelectedRows {
     // Grows only: every row handed out below is written by `read` first.
     if (rows_.size() < ids_.size() * static_cast<size_t>(width))
       rows_.resize(ids_.size() * static_cast<size_t>(width));
-    for (size_t r = 0; r < ids_.size();) {
+    const bool par = pool != nullptr && pool->num_threads() > 1 && ids_.size() >= kParallelRows;
+    const size_t cap = par ? kPieceRows : ids_.size();
+    pieces_.clear();
+    for (size_t r = 0; r < ids_.size();) {  // runs of consecutive ids, at most `cap` rows
       size_t e = r + 1;
-      while (e < ids_.size() && ids_[e] == ids_[e - 1] + 1) ++e;
-      read(static_cast<int64_t>(ids_[r]), static_cast<int64_t>(e - r), &rows_[r * width]);
+      while (e < ids_.size() && e - r < cap && ids_[e] == ids_[e - 1] + 1) ++e;
+      pieces_.push_back({r, e});
       r = e;
+    }
+    auto run = [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const auto [r, e] = pieces_[static_cast<size_t>(p)];
+        read(static_cast<int64_t>(ids_[r]), static_cast<int64_t>(e - r), &rows_[r * width]);
+      }
+    };
+    if (par) {
+      pool->parallel_for(static_cast<int64_t>(pieces_.size()), run);
+    } else {
+      run(0, static_cast<int64_t>(pieces_.size()));
     }
   }
   // Frees the row buffer when it holds more than max_bytes (a long prefill's selection),
@@ -60,6 +83,7 @@ class SelectedRows {
   int64_t width_ = 0;
   std::vector<int32_t> ids_;  // ascending
   std::vector<float> rows_;   // [ids_.size(), width_]
+  std::vector<std::pair<size_t, size_t>> pieces_;  // [first, end) indices into ids_
 };
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,41 @@ TEST(SelectedRows, ReuseAndTrim) {
   s.trim(0);
   s.gather(std::vector<std::vector<int32_t>>{{1}}, 6, 1, fill);
   EXPECT_EQ(s.row(1)[0], 101.0f);
+}
+
+// With a pool of 2 threads and enough rows, runs are cut into pieces of at most kPieceRows
+// rows read in parallel: every selected row is read exactly once, into its own place, and the
+// result equals the serial gather's.
+TEST(SelectedRows, ParallelPiecesReadEveryRowOnce) {
+  std::vector<int32_t> ids;
+  for (int32_t g = 199; g >= 0; --g)
+    if (g % 40 != 3) ids.push_back(g);  // descending, runs of up to 39 ids, 195 rows
+  const std::vector<std::vector<int32_t>> lists = {ids, {-1, 5}};
+  auto fill = [](int64_t g0, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+      out[2 * i] = static_cast<float>(g0 + i);
+      out[2 * i + 1] = 0.5f;
+    }
+  };
+  ThreadPool pool(2);
+  std::vector<std::atomic<int>> reads(200);
+  std::atomic<int64_t> longest{0};
+  SelectedRows par, ser;
+  par.gather(lists, 200, 2, [&](int64_t g0, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) reads[g0 + i].fetch_add(1);
+    int64_t l = longest.load();
+    while (n > l && !longest.compare_exchange_weak(l, n)) {}
+    fill(g0, n, out);
+  }, &pool);
+  ser.gather(lists, 200, 2, fill);
+  EXPECT_LE(longest.load(), static_cast<int64_t>(SelectedRows::kPieceRows));
+  for (int32_t g = 0; g < 200; ++g) {
+    EXPECT_EQ(reads[g].load(), g % 40 == 3 ? 0 : 1) << g;
+    if (g % 40 == 3) continue;
+    EXPECT_EQ(par.row(g)[0], static_cast<float>(g));
+    EXPECT_EQ(par.row(g)[1], 0.5f);
+    EXPECT_EQ(ser.row(g)[0], par.row(g)[0]);
+  }
 }
 
 }  // namespace

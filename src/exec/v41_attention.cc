@@ -176,9 +176,10 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       }
     }
   };
-  // ~64 keys x 16 heads x 128 dims per range at least: below that a dispatch costs more.
+  // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):
+  // below that a dispatch costs more than it saves.
   if (pool_ != nullptr) {
-    pool_->parallel_for(clen, score_keys, std::max<int64_t>(64, 4096 / std::max<int64_t>(1, S)));
+    pool_->parallel_for(clen, score_keys, 64);
   } else {
     score_keys(0, clen);
   }
@@ -299,15 +300,30 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   // zeroed (a fresh vector here cleared ~256 KB per layer and token).
   thread_local std::vector<float> ring;
   if (ring.size() < static_cast<size_t>((s0 - ring0) * hd)) ring.resize((s0 - ring0) * hd);
-  for (int64_t pos = ring0; pos < s0; ++pos)
-    c.seq->read_window_row(L, pos, &ring[(pos - ring0) * hd]);
+  {
+    // Decoded in pieces of 16 rows, over the pool when there are enough of them.
+    // (`ring` is thread_local: the lambda must use this thread's buffer by pointer.)
+    const int64_t nring = s0 - ring0, pieces = (nring + 15) / 16;
+    float* const ring_rows = ring.data();
+    auto read_ring = [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t b = p * 16, n = std::min<int64_t>(16, nring - b);
+        c.seq->read_window_rows(L, ring0 + b, n, ring_rows + b * hd);
+      }
+    };
+    if (pool_ && pool_->num_threads() > 1 && pieces >= 2) {
+      pool_->parallel_for(pieces, read_ring);
+    } else {
+      read_ring(0, pieces);
+    }
+  }
   // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
   const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
   thread_local SelectedRows crows;  // scratch kept across calls, as `ring`
   if (topk) {
     crows.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
       c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);
-    });
+    }, pool_.get());
   }
   auto compressed_ptr = [&](int64_t g) { return crows.row(g); };
   std::vector<float> qT(hd * H), scores;

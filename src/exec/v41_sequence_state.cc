@@ -65,6 +65,14 @@ void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const
   const float* r = &legacy_->layers[layer].window[(pos % config_->window_size) * hd];
   std::copy_n(r, hd, out);
 }
+void V41SequenceState::read_window_rows(int layer, int64_t pos0, int64_t n, float* out) const {
+  const int64_t hd = config_->head_dim;
+  const int64_t fresh = std::clamp<int64_t>(window_floor_ - pos0, 0, n);  // see read_window_row
+  std::fill_n(out, fresh * hd, 0.0f);
+  if (fresh == n) return;
+  if (cm_) return cm_->read_window_rows(seq_, layer, pos0 + fresh, n - fresh, out + fresh * hd);
+  for (int64_t i = fresh; i < n; ++i) read_window_row(layer, pos0 + i, out + i * hd);
+}
 void V41SequenceState::write_window_row(int layer, int64_t pos, const float* x) {
   if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
   const int64_t hd = config_->head_dim;

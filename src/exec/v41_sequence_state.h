@@ -67,6 +67,10 @@ class V41SequenceState : public SequenceCallState {
   ~V41SequenceState();
   // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
   void read_window_row(int layer, int64_t pos, float* out) const;
+  // Positions [pos0, pos0 + n) (n <= W) into out [n, head_dim]: the values of n
+  // read_window_row calls. Thread safety: concurrent reads into disjoint `out` are safe while
+  // nothing writes the state.
+  void read_window_rows(int layer, int64_t pos0, int64_t n, float* out) const;
   void write_window_row(int layer, int64_t pos, const float* x);
   // Compressed KV / index keys of OWNER layer (consumers pass kv_owner / index_key_owner).
   void read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const;

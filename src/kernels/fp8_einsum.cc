@@ -295,17 +295,19 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
   }
 }
 
-// Same pass with the FP8 extension decode (simd::fp8_weights, CPUs with
-// kernels::avx512_ext_active()): weights decode to v·2^-120, and the per-row block scale is
-// applied as s·2^120, so u = fl32(v·s) exactly as above (v·2^-8 times s·256); the f64 FMAs
-// are unchanged. Needs every scale of the block below 2^7 (s·2^120 finite); returns false,
-// having changed nothing, when a block's scales are out of that range.
-STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
-                                                const PackedFp8Weight& w, int64_t t,
-                                                double* acc) {
+// One activation row, the E4M3 codes widened straight to f64 (no f32 stage, no vcvtps2pd):
+// VPMOVSXBQ puts tile row r's code of K index k in qword lane r, a shift by 49 moves its
+// exponent and mantissa bits to f64 bits 55..49 (sign, replicated by the sign extension, in
+// bits 63..56) and an AND clears bits 62..56. That f64 is v·2^-1016 for every code, E4M3
+// subnormals included (they land on f64 subnormals with the same significand). One FMA with
+// -0 then forms u = v·(s·2^1016) = v·s exactly, the value the f32 paths compute, and the
+// f64 FMA chain over k is unchanged: the same bits as group_pass512. Needs every scale of
+// the group below 2^7 (s·2^1016 finite); returns false, having changed nothing, otherwise
+// (group_pass512 then runs).
+STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w, int64_t t,
+                                        double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
-  if (bk % 4 != 0) return false;
-  const __m512 fold = _mm512_set1_ps(std::ldexp(1.0f, 120));
+  if (bk % kPackChunkK != 0) return false;
   const __m512 limit = _mm512_set1_ps(128.0f);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
@@ -313,38 +315,48 @@ STRATA_TARGET_AVX512_EXT bool group_pass512_ext(const float* x, int64_t ldx,
       if (_mm512_cmp_ps_mask(_mm512_abs_ps(scales16(sc, i)), limit, _CMP_LT_OQ) != 0xFFFF)
         return false;
   }
-  const simd::Fp8Tables& T = simd::fp8_tables();
-  // u = v·s as an FMA with -0 (the same bits as a multiply for every input): this CPU's
-  // multiply is slow on subnormal inputs (E4M3 subnormals decode to f32 subnormals), its FMA
-  // is not (measured: 6 vs 14 G weights/s with 1/16 subnormal codes).
-  const __m512 nz = _mm512_set1_ps(-0.0f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512d fold = _mm512_set1_pd(std::ldexp(1.0, 1016));
+  const __m512i keep = _mm512_set1_epi64(static_cast<long long>(0x80FFFFFFFFFFFFFFull));
+  const __m512d nz = _mm512_set1_pd(-0.0);
   const __m512d z = _mm512_setzero_pd();
-  Acc64 A{z, z, z, z, z, z, z, z};
+  __m512d a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const GroupBlock gb = group_block(w, t, kb, fold);
-    const uint8_t* base = gb.base;
-    const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
+    const GroupBlock gb = group_block(w, t, kb, one);
+    // s·2^1016 per row, tile i's 8 rows in one zmm (exact: powers of two below 2^7).
+    const __m512d s0 = _mm512_mul_pd(lo(gb.s0), fold), s1 = _mm512_mul_pd(hi(gb.s0), fold);
+    const __m512d s2 = _mm512_mul_pd(lo(gb.s1), fold), s3 = _mm512_mul_pd(hi(gb.s1), fold);
+    const __m512d s4 = _mm512_mul_pd(lo(gb.s2), fold), s5 = _mm512_mul_pd(hi(gb.s2), fold);
+    const __m512d s6 = _mm512_mul_pd(lo(gb.s3), fold), s7 = _mm512_mul_pd(hi(gb.s3), fold);
     const float* xr = x + kb * bk;
-    for (int64_t c = 0; c < bk; c += 4) {
-      const uint8_t* q = base + packed_k_offset(c, kTile);
+    for (int64_t c = 0; c < bk; c += kPackChunkK) {
+      const uint8_t* q = gb.base + packed_k_offset(c, kTile);
       simd::prefetch_stream<4>(q);
-      const simd::Fp8Pair p0 = simd::fp8_pair(q, kTs), p1 = simd::fp8_pair(q + 2 * kTs, kTs);
-      const simd::Fp8Pair p2 = simd::fp8_pair(q + 4 * kTs, kTs), p3 = simd::fp8_pair(q + 6 * kTs, kTs);
-      for (int k = 0; k < 4; ++k) {
-        const __m512i idx = _mm512_load_si512(T.idx[k]);
-        const __m512 u0 = _mm512_fmadd_ps(simd::fp8_weights(p0, idx), s0, nz);
-        const __m512 u1 = _mm512_fmadd_ps(simd::fp8_weights(p1, idx), s1, nz);
-        const __m512 u2 = _mm512_fmadd_ps(simd::fp8_weights(p2, idx), s2, nz);
-        const __m512 u3 = _mm512_fmadd_ps(simd::fp8_weights(p3, idx), s3, nz);
-        fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[c + k])), u0, u1, u2, u3);
+      for (int k = 0; k < kPackChunkK; ++k) {
+        const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[c + k]));
+        const uint8_t* qk = q + k * kTile;
+#define STRATA_F64_TILE(acc, i, si)                                                            \
+  {                                                                                            \
+    const __m512i b = _mm512_cvtepi8_epi64(                                                    \
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qk + (i) * kTs)));                    \
+    const __m512d v = _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(b, 49), keep));   \
+    acc = _mm512_fmadd_pd(xk, _mm512_fmadd_pd(v, si, nz), acc);                                \
+  }
+        STRATA_F64_TILE(a0, 0, s0)
+        STRATA_F64_TILE(a1, 1, s1)
+        STRATA_F64_TILE(a2, 2, s2)
+        STRATA_F64_TILE(a3, 3, s3)
+        STRATA_F64_TILE(a4, 4, s4)
+        STRATA_F64_TILE(a5, 5, s5)
+        STRATA_F64_TILE(a6, 6, s6)
+        STRATA_F64_TILE(a7, 7, s7)
+#undef STRATA_F64_TILE
       }
     }
   }
-  store_acc(acc, A);
+  store_acc(acc, Acc64{a0, a1, a2, a3, a4, a5, a6, a7});
   return true;
 }
-#pragma GCC diagnostic pop
-
 
 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
                 int64_t t1, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
@@ -352,14 +364,13 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
   constexpr int kNt = 4;
   std::vector<double> acc(static_cast<size_t>(m * kNt * kTile));
   const bool use512 = avx512_active() && w.block_k % 2 == 0;
-  const bool ext = use512 && avx512_ext_active();
   std::vector<double> acc512(use512 ? static_cast<size_t>(m * 64) : 0);
   for (int64_t t = t0; t < t1;) {
     if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {
       std::fill(acc512.begin(), acc512.end(), 0.0);
       if (m >= 2) {
         group_pass512_rows(x, m, ldx, w, t, acc512.data());
-      } else if (!(ext && group_pass512_ext(x, ldx, w, t, acc512.data()))) {
+      } else if (!group_pass512_direct(x, w, t, acc512.data())) {
         group_pass512(x, m, ldx, w, t, acc512.data());
       }
       for (int i = 0; i < kPackGroup * kTile; ++i) {

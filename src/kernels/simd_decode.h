@@ -121,52 +121,6 @@ STRATA_TARGET_AVX512 inline void decode_pair512(const uint8_t* pa, const uint8_t
   }
 }
 
-// ---- FP8 extension decode (callers check kernels::avx512_ext_active()) ----
-// A zmm of weights holds 16 rows (tile A's 8, tile B's 8 of the packed layout) of one K
-// index, as f32 whose bits are sign | 0000 | exp | mant: the E4M3 value times 2^-120 (E4M3
-// subnormals become f32 subnormals, exactly; NaN codes decode as 480 like the F16C path).
-// Per 4 K indices, tile A's and B's 32 bytes are joined in one zmm; two GF2P8AFFINEQB bit
-// permutations make each byte's future top byte (s 0000 e3 e2 e1) and third byte
-// (e0 m2 m1 m0 0000); one VPERMT2B per K index drops them into place (zero elsewhere).
-struct Fp8Tables {
-  // VPERMT2B index per K index k of a joined chunk (bytes 0-31: tile A's K indices 0-3 x 8
-  // rows, bytes 32-63: tile B's): dword lane l gets row l of A (l < 8) or row l - 8 of B; its
-  // byte 2 from the first table (third-byte form), byte 3 from the second (top-byte form).
-  alignas(64) uint8_t idx[4][64];
-  Fp8Tables() {
-    for (int k = 0; k < 4; ++k)
-      for (int b = 0; b < 64; ++b) {
-        const int l = b / 4;
-        idx[k][b] = static_cast<uint8_t>((l < 8 ? 0 : 32) + 8 * k + l % 8 + (b % 4 == 3 ? 64 : 0));
-      }
-  }
-};
-inline const Fp8Tables& fp8_tables() {
-  static const Fp8Tables t;
-  return t;
-}
-
-// GF2P8AFFINEQB matrices (output bit i = parity(matrix byte 7-i & input)):
-// third byte e0 m2 m1 m0 0000 and top byte s 0000 e3 e2 e1 of the E4M3 byte s e3e2e1e0 m2m1m0.
-constexpr long long kThirdByte = 0x01020408LL;
-constexpr long long kTopByte = static_cast<long long>((0x10ULL << 56) | (0x20ULL << 48) |
-                                                      (0x40ULL << 40) | 0x80ULL);
-
-struct Fp8Pair {  // one tile pair's 4 K indices in both byte forms
-  __m512i third, top;
-};
-STRATA_TARGET_AVX512_EXT inline Fp8Pair fp8_pair(const uint8_t* a, int64_t blk) {
-  const __m512i j = _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + blk)), 1);
-  return Fp8Pair{_mm512_gf2p8affine_epi64_epi8(j, _mm512_set1_epi64(kThirdByte), 0),
-                 _mm512_gf2p8affine_epi64_epi8(j, _mm512_set1_epi64(kTopByte), 0)};
-}
-STRATA_TARGET_AVX512_EXT inline __m512 fp8_weights(const Fp8Pair& p, __m512i idx) {
-  return _mm512_castsi512_ps(
-      _mm512_maskz_permutex2var_epi8(0xCCCCCCCCCCCCCCCCull, p.third, idx, p.top));
-}
-
 #pragma GCC diagnostic pop
 
 }  // namespace

@@ -574,6 +574,25 @@ void CacheManager::read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* o
   decode_state_row(graph_.owner(owner).spec, loc.pool->row(loc.block, loc.row), out);
 }
 
+void CacheManager::read_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n,
+                             float* out) const {
+  if (n <= 0) return;
+  // One sequence / owner lookup for the run (STRATA_ROW_LOC checks the first row), then the
+  // same block-table arithmetic per row, with the table bound checked for each.
+  STRATA_ROW_LOC(seq, owner, row0, first);
+  (void)first;
+  const StateSpec& spec = graph_.owner(owner).spec;
+  const int64_t rpb = pool_.rows_per_block();
+  const bool paged = I_.paged[owner];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = row0 + i;
+    const int64_t blk = paged ? row / rpb : 0;
+    STRATA_CHECK_MSG(blk < static_cast<int64_t>(tab_.size()), "seq {} owner {}: row {} not allocated",
+                     seq, owner, row);
+    decode_state_row(spec, pool_.row(tab_[blk], row % rpb), out + i * spec.row_elems);
+  }
+}
+
 const uint8_t* CacheManager::raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const {
   STRATA_ROW_LOC(seq, owner, row, loc);
   return loc.pool->row(loc.block, loc.row);
@@ -593,6 +612,10 @@ void CacheManager::write_window_row(CacheSeqId seq, int layer, int64_t pos, cons
 void CacheManager::read_window_row(CacheSeqId seq, int layer, int64_t pos, float* out) const {
   read_row(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos, out);
 }
+void CacheManager::read_window_rows(CacheSeqId seq, int layer, int64_t pos0, int64_t n,
+                                    float* out) const {
+  read_rows(seq, need_owner(graph_, StateKind::kWindowKv, layer), pos0, n, out);
+}
 void CacheManager::read_window(CacheSeqId seq, int layer, float* out) const {
   OwnerId o = need_owner(graph_, StateKind::kWindowKv, layer);
   const StateSpec& s = graph_.owner(o).spec;
@@ -604,18 +627,14 @@ void CacheManager::write_compressed_row(CacheSeqId seq, int owner_layer, int64_t
 }
 void CacheManager::read_compressed_rows(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n,
                                         float* out) const {
-  OwnerId o = need_owner(graph_, StateKind::kCompressedKv, owner_layer);
-  const int w = graph_.owner(o).spec.row_elems;
-  for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
+  read_rows(seq, need_owner(graph_, StateKind::kCompressedKv, owner_layer), g0, n, out);
 }
 void CacheManager::write_index_key(CacheSeqId seq, int owner_layer, int64_t g, const float* x) {
   write_row(seq, need_owner(graph_, StateKind::kIndexKeys, owner_layer), g, x);
 }
 void CacheManager::read_index_keys(CacheSeqId seq, int owner_layer, int64_t g0, int64_t n,
                                    float* out) const {
-  OwnerId o = need_owner(graph_, StateKind::kIndexKeys, owner_layer);
-  const int w = graph_.owner(o).spec.row_elems;
-  for (int64_t i = 0; i < n; ++i) read_row(seq, o, g0 + i, out + i * w);
+  read_rows(seq, need_owner(graph_, StateKind::kIndexKeys, owner_layer), g0, n, out);
 }
 
 void CacheManager::get_compressor_state(CacheSeqId seq, int layer, bool index, float* kv,

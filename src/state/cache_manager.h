@@ -164,12 +164,18 @@ class CacheManager {
   // owners the slot index. CHECKs the row is allocated to `seq`.
   void write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x);
   void read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* out) const;
+  // Rows [row0, row0 + n) into out [n, row_elems]: the same values as n read_row calls, with
+  // one sequence and owner lookup. Thread safety: concurrent reads (of any rows, into
+  // disjoint `out`) are safe while no thread mutates the manager.
+  void read_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n, float* out) const;
   // Serving-format bytes of one row (row_bytes of the owner's spec), for kernels that consume
   // the packed format directly. Valid until the sequence is released.
   const uint8_t* raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const;
   // Window KV of `layer` (its own ring): slot pos mod W.
   void write_window_row(CacheSeqId seq, int layer, int64_t pos, const float* x);
   void read_window_row(CacheSeqId seq, int layer, int64_t pos, float* out) const;
+  // Positions [pos0, pos0 + n) (n <= W) into out [n, head_dim], as read_rows.
+  void read_window_rows(CacheSeqId seq, int layer, int64_t pos0, int64_t n, float* out) const;
   // The whole ring of `layer` in slot order, out[W * head_dim] (slot s holds the latest
   // position p with p mod W == s; never-written slots read 0).
   void read_window(CacheSeqId seq, int layer, float* out) const;

@@ -194,6 +194,23 @@ TEST(CacheManager, StorageRoundTripEveryKind) {
     cm.read_window_row(1, 3, pos, a.data());
     EXPECT_EQ(std::vector<float>(ring.begin() + (pos % 16) * 64, ring.begin() + (pos % 16 + 1) * 64), a);
   }
+  // Batched reads: the rows n single-row reads give, across block boundaries (8 tokens per
+  // block: compressed rows 3..19 of layer 2 span several blocks) and around the window ring
+  // (positions 30..39 wrap slot 15 -> 0).
+  {
+    std::vector<float> batch(17 * 64), one(64);
+    cm.read_compressed_rows(1, 2, 3, 17, batch.data());
+    const OwnerId ck2 = g->find_owner(StateKind::kCompressedKv, 2);
+    for (int64_t r = 0; r < 17; ++r) {
+      cm.read_row(1, ck2, 3 + r, one.data());
+      EXPECT_EQ(std::vector<float>(batch.begin() + r * 64, batch.begin() + (r + 1) * 64), one) << r;
+    }
+    cm.read_window_rows(1, 3, 30, 10, batch.data());
+    for (int64_t r = 0; r < 10; ++r) {
+      cm.read_window_row(1, 3, 30 + r, one.data());
+      EXPECT_EQ(std::vector<float>(batch.begin() + r * 64, batch.begin() + (r + 1) * 64), one) << r;
+    }
+  }
   // Raw serving bytes decode to the same row.
   const OwnerId ck6 = g->find_owner(StateKind::kCompressedKv, 6);
   decode_state_row(g->owner(ck6).spec, cm.raw_row(1, ck6, 17), a.data());
