@@ -170,6 +170,11 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
   int64_t n = 1;
   STRATA_RETURN_IF_ERROR(get_int(body, "n", &n));
   if (n != 1) return invalid_argument("only n = 1 is supported");
+  // best_of (completions): more candidates than returned, ranked by log-probability. Not
+  // implemented: a clear 400 rather than silently returning one plain sample.
+  int64_t best_of = 1;
+  STRATA_RETURN_IF_ERROR(get_int(body, "best_of", &best_of));
+  if (best_of != 1) return invalid_argument("best_of = {} is not supported (only 1)", best_of);
   if (given(body, "stop")) {
     const json& s = body["stop"];
     if (s.is_string()) {

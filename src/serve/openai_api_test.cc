@@ -15,7 +15,7 @@ TEST(OpenAiApiTest, ParsesCompletionWithAllKnownFields) {
     "model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
     "top_k": 3, "min_p": 0.1, "seed": 42, "stop": ["a", "b"], "stream": true,
     "stream_options": {"include_usage": true}, "logprobs": 2, "ignore_eos": true,
-    "stop_token_ids": [5], "unknown_field": {"x": 1}})");
+    "stop_token_ids": [5], "best_of": 1, "unknown_field": {"x": 1}})");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->model, "m");
   EXPECT_EQ(*r->prompt_text, "hi");
@@ -82,6 +82,8 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "stream": "yes"})",
       R"({"prompt": "x", "stop": 5})",
       R"({"prompt": "x", "n": 2})",
+      R"({"prompt": "x", "best_of": 3})",             // not implemented: 400, not ignored
+      R"({"prompt": "x", "best_of": "2"})",
       R"({"prompt": ["a", "b"]})",                   // several prompts
       R"({"prompt": 12})",
       R"({"prompt": []})",
