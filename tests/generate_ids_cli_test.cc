@@ -78,6 +78,10 @@ TEST(GenerateIdsCli, UserErrors) {
   // malformed ids, or ids and text together: usage errors (exit 2)
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5,x -n 2", &out), 2);
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 -n 2 text", &out), 2);
+  // --prompt-ids given but empty (no ids): a usage error, not "pass --prompt-ids"
+  EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids '' -n 2", &out, true), 2);
+  EXPECT_NE(out.find("one or more token ids"), std::string::npos) << out;
+  EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids '[]' -n 2", &out), 2);
   // sampling settings out of range: usage errors, found before the model loads
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 --top-k -3", &out), 2);
   EXPECT_EQ(run_strata("generate --model " + v4_dir() + " --prompt-ids 5 --top-p 0", &out), 2);

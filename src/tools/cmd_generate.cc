@@ -34,6 +34,7 @@ struct GenerateCli {
   bool output_ids = false;
   bool verbose = false;
   std::string prompt_ids;  // --prompt-ids as given
+  bool have_prompt_ids = false;  // --prompt-ids was passed (possibly empty: a usage error)
 };
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; false on anything else.
@@ -66,17 +67,17 @@ int run_generate(GenerateCli& o) {
     }
     o.model = *d;
   }
-  const bool by_ids = !o.prompt_ids.empty();
+  const bool by_ids = o.have_prompt_ids;
   std::vector<int32_t> ids;
   if (by_ids) {
     if (o.have_prompt) {
       fmt::print(stderr, "strata generate: pass either a prompt or --prompt-ids, not both\n");
       return 2;
     }
-    if (!parse_ids(o.prompt_ids, &ids)) {
+    if (!parse_ids(o.prompt_ids, &ids) || ids.empty()) {
       fmt::print(stderr,
-                 "strata generate: --prompt-ids '{}': expected token ids such as 1,2,3 or "
-                 "[1, 2, 3]\n",
+                 "strata generate: --prompt-ids '{}': expected one or more token ids such as "
+                 "1,2,3 or [1, 2, 3]\n",
                  o.prompt_ids);
       return 2;
     }
@@ -208,6 +209,7 @@ void setup_generate(CLI::App& app) {
   cmd->add_flag("-v,--verbose", o->verbose, "Print timing to stderr");
   cmd->callback([o, cmd] {
     o->have_prompt = cmd->count("--prompt") > 0 || cmd->count("prompt_arg") > 0;
+    o->have_prompt_ids = cmd->count("--prompt-ids") > 0;
     set_exit_code(run_generate(*o));
   });
 }
