@@ -300,20 +300,25 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
 // exponent and mantissa bits to f64 bits 55..49 (sign, replicated by the sign extension, in
 // bits 63..56) and an AND clears bits 62..56. That f64 is v·2^-1016 for every code, E4M3
 // subnormals included (they land on f64 subnormals with the same significand). One FMA with
-// -0 then forms u = v·(s·2^1016) = v·s exactly, the value the f32 paths compute, and the
-// f64 FMA chain over k is unchanged: the same bits as group_pass512. Needs every scale of
-// the group below 2^7 (s·2^1016 finite); returns false, having changed nothing, otherwise
-// (group_pass512 then runs).
+// -0 then forms u = v·(s·2^1016) = v·s exactly, the value the f32 paths compute (fl32(v·s)
+// is exact too when s is a power of two), and the f64 FMA chain over k is unchanged: the same
+// bits as group_pass512. Needs every scale of the group to be a power of two below 2^7
+// (UE8M0 scales always are powers of two; s·2^1016 finite); returns false, having changed
+// nothing, otherwise (group_pass512 then runs).
 STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w, int64_t t,
                                         double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
   if (bk % kPackChunkK != 0) return false;
   const __m512 limit = _mm512_set1_ps(128.0f);
+  const __m512i mant = _mm512_set1_epi32(0x007FFFFF);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    for (int i = 0; i < 64; i += 16)
-      if (_mm512_cmp_ps_mask(_mm512_abs_ps(scales16(sc, i)), limit, _CMP_LT_OQ) != 0xFFFF)
+    for (int i = 0; i < 64; i += 16) {
+      const __m512 v = scales16(sc, i);
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(v), limit, _CMP_LT_OQ) != 0xFFFF ||
+          _mm512_test_epi32_mask(_mm512_castps_si512(v), mant) != 0)
         return false;
+    }
   }
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512d fold = _mm512_set1_pd(std::ldexp(1.0, 1016));
@@ -357,6 +362,7 @@ STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w
   store_acc(acc, Acc64{a0, a1, a2, a3, a4, a5, a6, a7});
   return true;
 }
+#pragma GCC diagnostic pop
 
 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
                 int64_t t1, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
