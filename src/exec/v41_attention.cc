@@ -301,20 +301,16 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   thread_local std::vector<float> ring;
   if (ring.size() < static_cast<size_t>((s0 - ring0) * hd)) ring.resize((s0 - ring0) * hd);
   {
-    // Decoded in pieces of 16 rows, over the pool when there are enough of them.
-    // (`ring` is thread_local: the lambda must use this thread's buffer by pointer.)
-    const int64_t nring = s0 - ring0, pieces = (nring + 15) / 16;
+    // Decoded over the pool, at least 16 rows per thread (fewer run inline). `ring` is
+    // thread_local: the lambda must use this thread's buffer by pointer.
     float* const ring_rows = ring.data();
-    auto read_ring = [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t b = p * 16, n = std::min<int64_t>(16, nring - b);
-        c.seq->read_window_rows(L, ring0 + b, n, ring_rows + b * hd);
-      }
+    auto read_ring = [&](int64_t b, int64_t e) {
+      c.seq->read_window_rows(L, ring0 + b, e - b, ring_rows + b * hd);
     };
-    if (pool_ && pool_->num_threads() > 1 && pieces >= 2) {
-      pool_->parallel_for(pieces, read_ring);
+    if (pool_) {
+      pool_->parallel_for(s0 - ring0, read_ring, 16);
     } else {
-      read_ring(0, pieces);
+      read_ring(0, s0 - ring0);
     }
   }
   // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
