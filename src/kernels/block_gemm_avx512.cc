@@ -177,10 +177,31 @@ STRATA_AVX512 STRATA_INLINE void store_out(float* out, __m512 a0, __m512 a1, __m
   }
 }
 
+// Two-group variant of scale_add: P.p* are group t0's partials of K block kb, P.q* group
+// t1's, both against activation row 0 (scale sx); a* and c* are the groups' accumulators.
+STRATA_AVX512 STRATA_INLINE void scale_add_2g(const Partials& P, const Src& s, int64_t t0,
+                                              int64_t t1, int64_t kb, __m512 fold, float sx,
+                                              __m512& a0, __m512& a1, __m512& a2, __m512& a3,
+                                              __m512& c0, __m512& c1, __m512& c2, __m512& c3) {
+  __m512 unused = fold;
+  scale_add<1>(P, s.pscales(t0, kb), fold, sx, 0.0f, a0, a1, a2, a3, unused, unused, unused,
+               unused);
+  const Partials Q{P.q0, P.q1, P.q2, P.q3, P.q0, P.q1, P.q2, P.q3};
+  scale_add<1>(Q, s.pscales(t1, kb), fold, sx, 0.0f, c0, c1, c2, c3, unused, unused, unused,
+               unused);
+}
+
 // K blocks of scale prefetch. Groups are contiguous in the packed layouts, so prefetching
 // block kb + kAhead of a group's last blocks reads the next group's first ones (the next call
 // of a row range); past the array's end it is a no-op (prefetches never fault).
 constexpr int kAhead = 8;
+
+// Decode with one activation row reads two groups at once on the dot paths (the two-group
+// variants below): one core then streams two address ranges, and the prefetchers keep more
+// lines in flight than for one stream. Those paths prefetch 4 KB ahead per stream instead of
+// simd::kPrefetchBytes. Measured in-process on this preset's decode shapes, 1 / 2 threads,
+// FP8 +11 % / +9 %, FP4 +10 % / +9 % (docs/PERFORMANCE.md, session 9).
+constexpr int64_t kTwoGroupPrefetch = 4096;
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
 // path on every block.
@@ -242,12 +263,17 @@ const Fp8DotTables& fp8_dot_tables() {
   return t;
 }
 
-// Exact partials (true values) of one K block (bk % 4 == 0) for activation rows xp0 / xp1
-// (bf16 pairs, ExtActs::pairs).
-template <int kRows>
-STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
-                                                       const uint32_t* xp0, const uint32_t* xp1,
+// Exact partials (true values) of one K block (bk % 4 == 0). kRows == 2: activation rows
+// xp0 / xp1 (bf16 pairs, ExtActs::pairs) against the group at base. kTwoGroups (kRows == 1):
+// activation row xp0 against the groups at base (partials p*) and base2 (partials q*), their
+// chunks read in turn, so the core streams two address ranges at once (more lines in flight
+// than one stream gets from the prefetchers).
+template <int kRows, bool kTwoGroups = false, int64_t kPf = simd::kPrefetchBytes>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, const uint8_t* base2,
+                                                       int bk, const uint32_t* xp0,
+                                                       const uint32_t* xp1,
                                                        const Fp8DotTables& T) {
+  static_assert(!kTwoGroups || kRows == 1);
   const __m512i lo0 = _mm512_load_si512(T.lo), lo1 = _mm512_load_si512(T.lo + 64);
   const __m512i tp0 = _mm512_load_si512(T.top), tp1 = _mm512_load_si512(T.top + 64);
   const __m512i i01 = _mm512_load_si512(T.idx[0]), i23 = _mm512_load_si512(T.idx[1]);
@@ -264,24 +290,46 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int 
       xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
     }
     const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
-    simd::prefetch_stream<4>(a);
-#define STRATA_FP8_DOT(acc, accb, t2)                                                        \
-  {                                                                                          \
-    const __m512i j = _mm512_loadu_si512(a + (t2) * 64);                                     \
-    const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);                               \
-    const __m512i top = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tp0, j, tp1), j, \
-                                                  sign, 0xF8);                               \
-    const __m512bh w01 = (__m512bh)_mm512_permutex2var_epi8(lob, i01, top);                  \
-    const __m512bh w23 = (__m512bh)_mm512_permutex2var_epi8(lob, i23, top);                  \
-    acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);                     \
-    if constexpr (kRows == 2)                                                                \
-      accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);                 \
+    simd::prefetch_stream<4, kPf>(a);
+#define STRATA_FP8_DECODE(src, t2, w01, w23)                                                  \
+  const __m512i j = _mm512_loadu_si512((src) + (t2) * 64);                                   \
+  const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);                                 \
+  const __m512i top = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tp0, j, tp1), j,   \
+                                                sign, 0xF8);                                 \
+  const __m512bh w01 = (__m512bh)_mm512_permutex2var_epi8(lob, i01, top);                    \
+  const __m512bh w23 = (__m512bh)_mm512_permutex2var_epi8(lob, i23, top);
+#define STRATA_FP8_DOT(acc, accb, t2)                                          \
+  {                                                                            \
+    STRATA_FP8_DECODE(a, t2, w01, w23)                                         \
+    acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);       \
+    if constexpr (kRows == 2)                                                  \
+      accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);   \
   }
-    STRATA_FP8_DOT(p0, q0, 0)
-    STRATA_FP8_DOT(p1, q1, 1)
-    STRATA_FP8_DOT(p2, q2, 2)
-    STRATA_FP8_DOT(p3, q3, 3)
+#define STRATA_FP8_DOT2(accb, t2)                                              \
+  {                                                                            \
+    STRATA_FP8_DECODE(a2, t2, w01, w23)                                        \
+    accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xa01), w23, xa23);     \
+  }
+    if constexpr (kTwoGroups) {
+      const uint8_t* a2 = base2 + packed_k_offset(c, kTile);
+      simd::prefetch_stream<4, kPf>(a2);
+      STRATA_FP8_DOT(p0, q0, 0)
+      STRATA_FP8_DOT2(q0, 0)
+      STRATA_FP8_DOT(p1, q1, 1)
+      STRATA_FP8_DOT2(q1, 1)
+      STRATA_FP8_DOT(p2, q2, 2)
+      STRATA_FP8_DOT2(q2, 2)
+      STRATA_FP8_DOT(p3, q3, 3)
+      STRATA_FP8_DOT2(q3, 3)
+    } else {
+      STRATA_FP8_DOT(p0, q0, 0)
+      STRATA_FP8_DOT(p1, q1, 1)
+      STRATA_FP8_DOT(p2, q2, 2)
+      STRATA_FP8_DOT(p3, q3, 3)
+    }
+#undef STRATA_FP8_DOT2
 #undef STRATA_FP8_DOT
+#undef STRATA_FP8_DECODE
   }
   return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
 }
@@ -302,7 +350,7 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
     prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
-    const Partials P = dot_block_fp8<kRows>(s.pcodes(t0, kb), bk, xp0 + kb * bk / 2,
+    const Partials P = dot_block_fp8<kRows>(s.pcodes(t0, kb), nullptr, bk, xp0 + kb * bk / 2,
                                             xp1 + kb * bk / 2, T);
     scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
                      a2, a3, b0, b1, b2, b3);
@@ -312,6 +360,35 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
     }
   }
   store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+// Groups t0 and t0 + kPackGroup (rows [g0, g0 + 128)) against activation row m0, the two
+// groups' K blocks read in turn (dot_block_fp8's kTwoGroups); each group's accumulation is
+// the one-group path's, bit for bit. out: [2][64] (group t0, then t0 + kPackGroup).
+STRATA_AVX512_EXT void group512_fp8_dot_2g(const QuantActs& a, const Src& s, int64_t t0,
+                                           int64_t m0, const ExtActs& d, float* out) {
+  const int bk = s.bk;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  const int64_t t1 = t0 + kPackGroup;
+  const Fp8DotTables& T = fp8_dot_tables();
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // group t0
+  __m512 c0 = zero, c1 = zero, c2 = zero, c3 = zero;  // group t1
+  const uint32_t* xp0 = d.pairs.data() + m0 * (K / 2);
+  const float* sx0 = a.scales + m0 * ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    prefetch_scales(s, t0, kb + kAhead);
+    prefetch_scales(s, t1, kb + kAhead);
+    const Partials P = dot_block_fp8<1, true, kTwoGroupPrefetch>(
+        s.pcodes(t0, kb), s.pcodes(t1, kb), bk, xp0 + kb * bk / 2, nullptr, T);
+    scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
+    if (++ai == act_per) {
+      ai = 0;
+      ++ab;
+    }
+  }
+  store_out<2>(out, a0, a1, a2, a3, c0, c1, c2, c3);
 }
 
 // ---- FP4 dot path ----
@@ -374,9 +451,13 @@ STRATA_AVX512_EXT STRATA_INLINE __m512 dot_rows(__m512 a, __m512 b, __m512i rows
 }
 
 // Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS.
-template <int kRows>
-STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint32_t* xq0,
-                                                   const uint32_t* xq1, const DotTables& T) {
+// kTwoGroups (kRows == 1): activation row xq0 against the groups at base (partials p*) and
+// base2 (partials q*), their chunks read in turn (as dot_block_fp8).
+template <int kRows, bool kTwoGroups = false, int64_t kPf = simd::kPrefetchBytes>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint8_t* base2,
+                                                   const uint32_t* xq0, const uint32_t* xq1,
+                                                   const DotTables& T) {
+  static_assert(!kTwoGroups || kRows == 1);
   constexpr int64_t ts = kPackChunkK * kTile / 2;  // 16 bytes: the next tile of a chunk
   const __m512i ctrl = _mm512_load_si512(T.ctrl);
   const __m512i table = _mm512_load_si512(T.value);
@@ -385,14 +466,21 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
   __m512 f0 = z, f1 = z, f2 = z, f3 = z, f4 = z, f5 = z, f6 = z, f7 = z;  // row 1
   for (int j = 0; j < 16; j += 2) {
     const uint8_t* c = base + packed_k_offset(2 * j, kTile / 2);  // pairs j, j+1: one chunk
-    simd::prefetch_stream<2>(c);
+    simd::prefetch_stream<2, kPf>(c);
+    const uint8_t* c2 = c;
+    if constexpr (kTwoGroups) {
+      c2 = base2 + packed_k_offset(2 * j, kTile / 2);
+      simd::prefetch_stream<2, kPf>(c2);
+    }
     const __m512bh xa = (__m512bh)_mm512_broadcast_i32x4(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq0 + j * 2)));
-#define STRATA_DOT(acc, accb, t)                                   \
-  {                                                                \
-    const __m512bh w = dot_weights(c + (t) * ts, ctrl, table);     \
-    acc = _mm512_dpbf16_ps(acc, w, xa);                            \
-    if constexpr (kRows == 2) accb = _mm512_dpbf16_ps(accb, w, xb); \
+#define STRATA_DOT(acc, accb, t)                                     \
+  {                                                                  \
+    const __m512bh w = dot_weights(c + (t) * ts, ctrl, table);       \
+    acc = _mm512_dpbf16_ps(acc, w, xa);                              \
+    if constexpr (kRows == 2) accb = _mm512_dpbf16_ps(accb, w, xb);   \
+    if constexpr (kTwoGroups)                                        \
+      accb = _mm512_dpbf16_ps(accb, dot_weights(c2 + (t) * ts, ctrl, table), xa); \
   }
     __m512bh xb = xa;
     if constexpr (kRows == 2)
@@ -411,7 +499,7 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
   const __m512i rows = _mm512_load_si512(T.rows);
   Partials P{dot_rows(e0, e1, rows), dot_rows(e2, e3, rows), dot_rows(e4, e5, rows),
              dot_rows(e6, e7, rows), z, z, z, z};
-  if constexpr (kRows == 2) {
+  if constexpr (kRows == 2 || kTwoGroups) {
     P.q0 = dot_rows(f0, f1, rows);
     P.q1 = dot_rows(f2, f3, rows);
     P.q2 = dot_rows(f4, f5, rows);
@@ -445,7 +533,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
     const uint8_t* base = s.pcodes(t0, kb);
     const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
     if (exact) {
-      const Partials P = dot_block<kRows>(base, xq0 + kb * 32, xq1 + kb * 32, T);
+      const Partials P = dot_block<kRows>(base, nullptr, xq0 + kb * 32, xq1 + kb * 32, T);
       scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
                        a1, a2, a3, b0, b1, b2, b3);
     } else {
@@ -459,6 +547,44 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
     }
   }
   store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+// FP4 groups t0 and t0 + kPackGroup against activation row m0 (as group512_fp8_dot_2g): exact
+// blocks read both groups' chunks in turn; other blocks take the chain path group by group.
+STRATA_AVX512_EXT void group512_fp4_dot_2g(const QuantActs& a, const Src& s, int64_t t0,
+                                           int64_t m0, const ExtActs& d, float* out) {
+  constexpr int bk = 32;
+  const int64_t K = s.k, nkb = K / bk;
+  const int64_t act_per = a.block / bk, ldsx = K / a.block;
+  const int64_t t1 = t0 + kPackGroup;
+  const DotTables& T = dot_tables();
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // group t0
+  __m512 c0 = zero, c1 = zero, c2 = zero, c3 = zero;  // group t1
+  const __m512 fold = _mm512_set1_ps(256.0f), one = _mm512_set1_ps(1.0f);
+  const float* xr0 = a.q + m0 * K;
+  const uint32_t* xq0 = d.quad.data() + m0 * K;
+  const uint8_t* ex0 = d.exact.data() + m0 * nkb;
+  const float* sx0 = a.scales + m0 * ldsx;
+  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
+    prefetch_scales(s, t0, kb + kAhead);
+    prefetch_scales(s, t1, kb + kAhead);
+    if (ex0[kb] != 0) {
+      const Partials P = dot_block<1, true, kTwoGroupPrefetch>(s.pcodes(t0, kb), s.pcodes(t1, kb),
+                                                               xq0 + kb * 32, nullptr, T);
+      scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
+    } else {  // the chain path, one group after the other
+      const Partials A = chain_block<true, 1>(s.pcodes(t0, kb), bk, xr0 + kb * bk, nullptr);
+      const Partials B = chain_block<true, 1>(s.pcodes(t1, kb), bk, xr0 + kb * bk, nullptr);
+      const Partials P{A.p0, A.p1, A.p2, A.p3, B.p0, B.p1, B.p2, B.p3};
+      scale_add_2g(P, s, t0, t1, kb, fold, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
+    }
+    if (++ai == act_per) {
+      ai = 0;
+      ++ab;
+    }
+  }
+  store_out<2>(out, a0, a1, a2, a3, c0, c1, c2, c3);
 }
 
 #pragma GCC diagnostic pop
@@ -615,6 +741,14 @@ int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, f
   const bool dot = fp4 && ext != nullptr && ext->fp4_dot;
   const bool dot8 = !fp4 && ext != nullptr && ext->fp8_dot;
   int64_t g0 = n_begin;
+  // Decode (one activation row): FP8 groups in pairs, two streams per core.
+  // Decode (one activation row) on the dot paths: groups in pairs, two streams per core.
+  if (a.m == 1 && (dot || dot8))
+    for (; g0 + 2 * kRowsPerGroup <= n_end; g0 += 2 * kRowsPerGroup) {
+      if (dot) group512_fp4_dot_2g(a, s, g0 / kTile, 0, *ext, buf);
+      else group512_fp8_dot_2g(a, s, g0 / kTile, 0, *ext, buf);
+      for (int64_t i = 0; i < 2 * kRowsPerGroup; ++i) y[g0 + i] = round_out(buf[i], out);
+    }
   for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
     for (int64_t m0 = 0; m0 < a.m; m0 += 2) {
       const int rows = m0 + 2 <= a.m ? 2 : 1;

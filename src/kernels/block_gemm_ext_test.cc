@@ -101,100 +101,109 @@ TEST(Fp4BlockSumsExact, RejectsValuesOutsideBf16AndSpecials) {
   EXPECT_FALSE(fp4_block_sums_exact(x));
 }
 
+// N = 192: three whole groups (decode reads the first two as a pair, the third alone), on one
+// thread; N = 1088: seventeen, large enough to run on both threads.
 TEST(BlockGemmExt, Fp4MixedExactAndFallbackBlocksBitExact) {
-  std::mt19937 g(11);
-  const int64_t M = 3, K = 512, N = 192, nkb = K / 32;
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(M * K);
-  for (auto& v : x) v = round_bf16(d(g));
-  // In every third block, one activation ~2^-14 of the block's largest: after quantization
-  // it is a small E4M3 value with a low lowest-set-bit, which defeats the exactness bound.
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t kb = m % 3; kb < nkb; kb += 3) x[m * K + kb * 32 + 5] = 1.0e-4f;
-  std::vector<float> q(M * K), s(M * nkb);
-  act_quant_fp8(x.data(), M, K, 32, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
-  int exact = 0, inexact = 0;
-  for (int64_t b = 0; b < M * nkb; ++b) (fp4_block_sums_exact(q.data() + b * 32) ? exact : inexact)++;
-  ASSERT_GT(exact, 0);
-  ASSERT_GT(inexact, 0);  // both branches of the kernel run
-  std::uniform_int_distribution<int> byte(0, 255), sc(118, 130);
-  std::vector<uint8_t> w(N * K / 2), ws(N * nkb);
-  for (auto& b : w) b = static_cast<uint8_t>(byte(g));
-  for (auto& b : ws) b = static_cast<uint8_t>(sc(g));
-  const PackedFp4Weight P = pack_fp4_weight(Fp4Weight{w.data(), ws.data(), N, K, 32});
-  std::vector<float> expect(M * N);
-  testref::ref_fp4(q, s, M, K, 32, w, ws, N, &expect);
-  ThreadPool pool(2);
-  for (bool ext : {false, true}) {
-    set_avx512_ext_enabled(ext);
-    for (int64_t m = 1; m <= M; ++m) {
-      std::vector<float> y(m * N, -1.0f);
-      fp4_gemm_packed(QuantActs{q.data(), s.data(), m, K, 32}, P, y.data(), OutRound::kBf16,
-                      &pool);
-      for (int64_t i = 0; i < m * N; ++i) ASSERT_EQ(y[i], expect[i]) << "m=" << m << " i=" << i;
+  for (int64_t N : {192, 1088}) {
+    std::mt19937 g(11);
+    const int64_t M = 3, K = 512, nkb = K / 32;
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> x(M * K);
+    for (auto& v : x) v = round_bf16(d(g));
+    // In every third block, one activation ~2^-14 of the block's largest: after quantization it is
+    // a small E4M3 value with a low lowest-set-bit, which defeats the exactness bound.
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t kb = m % 3; kb < nkb; kb += 3) x[m * K + kb * 32 + 5] = 1.0e-4f;
+    std::vector<float> q(M * K), s(M * nkb);
+    act_quant_fp8(x.data(), M, K, 32, ScaleFmt::kUe8m0, nullptr, q.data(), s.data());
+    int exact = 0, inexact = 0;
+    for (int64_t b = 0; b < M * nkb; ++b)
+      (fp4_block_sums_exact(q.data() + b * 32) ? exact : inexact)++;
+    ASSERT_GT(exact, 0);
+    ASSERT_GT(inexact, 0);  // both branches of the kernel run
+    std::uniform_int_distribution<int> byte(0, 255), sc(118, 130);
+    std::vector<uint8_t> w(N * K / 2), ws(N * nkb);
+    for (auto& b : w) b = static_cast<uint8_t>(byte(g));
+    for (auto& b : ws) b = static_cast<uint8_t>(sc(g));
+    const PackedFp4Weight P = pack_fp4_weight(Fp4Weight{w.data(), ws.data(), N, K, 32});
+    std::vector<float> expect(M * N);
+    testref::ref_fp4(q, s, M, K, 32, w, ws, N, &expect);
+    ThreadPool pool(2);
+    for (bool ext : {false, true}) {
+      set_avx512_ext_enabled(ext);
+      for (int64_t m = 1; m <= M; ++m) {
+        std::vector<float> y(m * N, -1.0f);
+        fp4_gemm_packed(QuantActs{q.data(), s.data(), m, K, 32}, P, y.data(), OutRound::kBf16,
+                        &pool);
+        for (int64_t i = 0; i < m * N; ++i)
+          ASSERT_EQ(y[i], expect[i]) << "N=" << N << " m=" << m << " i=" << i;
+      }
     }
+    set_avx512_ext_enabled(true);
   }
-  set_avx512_ext_enabled(true);
 }
 
-// The FP8 dot path (VDPBF16PS in the chain's order) against the scalar reference loop:
-// every non-NaN E4M3 code (subnormals, both zeros) in the weights and activations, 32- and
-// 128-wide blocks, M = 1..4, 1 and 2 threads, a ragged last group (AVX2 rows), an activation
-// of 65536 (bf16-exact, so still the dot path), and a non-bf16 activation (a contract
-// violation) that must take the chain path with the same bits.
+// The FP8 dot path (VDPBF16PS in the chain's order) against the scalar reference loop: every
+// non-NaN E4M3 code (subnormals, both zeros) in the weights and activations, 32- and 128-wide
+// blocks, M = 1..4, 1 and 2 threads, a ragged last group (AVX2 rows), an odd and an even number of
+// whole groups (decode reads them in pairs, the last odd one alone; N = 1000 is large enough to run
+// on both threads), an activation of 65536 (bf16-exact, so still the dot path), and a non-bf16
+// activation (a contract violation) that must take the chain path with the same bits.
 TEST(BlockGemmExt, Fp8DotPathAllCodesBitExact) {
-  for (int64_t bk : {32, 128}) {
-    const int64_t K = 4 * bk, N = 200, nkb = K / bk;
-    std::vector<uint8_t> w(N * K);
-    for (int64_t i = 0; i < N * K; ++i) {
-      w[i] = static_cast<uint8_t>((i * 37 + i / K) & 0xFF);
-      if ((w[i] & 0x7F) == 0x7F) w[i] = 0x7E;  // the scalar path decodes NaN codes as NaN
-    }
-    std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
-    for (size_t i = 0; i < wsf.size(); ++i) wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
-    std::mt19937 g(3);
-    std::uniform_int_distribution<int> code(0, 255);
-    for (float odd : {0.0f, 65536.0f, 1.0f + std::ldexp(1.0f, -20)}) {
-      std::vector<float> q(4 * K), s(4 * nkb);
-      for (auto& v : q) {
-        int c = code(g);
-        if ((c & 0x7F) == 0x7F) c = 0x7E;
-        v = dec_e4m3(static_cast<uint8_t>(c));
+  for (int64_t bk : {32, 128})
+    for (int64_t N : {200, 1000}) {
+      const int64_t K = 4 * bk, nkb = K / bk;
+      std::vector<uint8_t> w(N * K);
+      for (int64_t i = 0; i < N * K; ++i) {
+        w[i] = static_cast<uint8_t>((i * 37 + i / K) & 0xFF);
+        if ((w[i] & 0x7F) == 0x7F) w[i] = 0x7E;  // the scalar path decodes NaN codes as NaN
       }
-      for (size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
-      if (odd != 0.0f) q[17] = odd;
-      const Fp8BlockWeight W{w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk),
-                             static_cast<int>(bk)};
-      const PackedFp8Weight P = pack_fp8_weight(W);
-      ThreadPool pool(2);
-      for (int64_t m = 1; m <= 4; ++m) {
-        const QuantActs a{q.data(), s.data(), m, K, static_cast<int>(bk)};
-        std::vector<float> expect(m * N), y(m * N);
-        ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
-        for (bool ext : {false, true}) {
-          set_avx512_ext_enabled(ext);
-          if (ext && avx512_ext_active()) {  // the path under test is the one that runs
-            detail::Src src{};
-            src.kind = detail::Src::kFp8Packed;
-            src.n = N;
-            src.k = K;
-            src.bk = static_cast<int>(bk);
-            detail::ExtActs e;
-            detail::prepare_ext_acts(a, src, &e);
-            const bool bf16_acts = !(odd > 1.0f && odd < 2.0f);
-            EXPECT_EQ(e.fp8_dot, bf16_acts && detail::dpbf16_is_sequential()) << "odd=" << odd;
-          }
-          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            std::fill(y.begin(), y.end(), -1.0f);
-            fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
-            for (int64_t i = 0; i < m * N; ++i)
-              ASSERT_EQ(y[i], expect[i]) << "bk=" << bk << " odd=" << odd << " m=" << m
-                                         << " ext=" << ext << " i=" << i;
+      std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
+      for (size_t i = 0; i < wsf.size(); ++i)
+        wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
+      std::mt19937 g(3);
+      std::uniform_int_distribution<int> code(0, 255);
+      for (float odd : {0.0f, 65536.0f, 1.0f + std::ldexp(1.0f, -20)}) {
+        std::vector<float> q(4 * K), s(4 * nkb);
+        for (auto& v : q) {
+          int c = code(g);
+          if ((c & 0x7F) == 0x7F) c = 0x7E;
+          v = dec_e4m3(static_cast<uint8_t>(c));
+        }
+        for (size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
+        if (odd != 0.0f) q[17] = odd;
+        const Fp8BlockWeight W{
+            w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk), static_cast<int>(bk)};
+        const PackedFp8Weight P = pack_fp8_weight(W);
+        ThreadPool pool(2);
+        for (int64_t m = 1; m <= 4; ++m) {
+          const QuantActs a{q.data(), s.data(), m, K, static_cast<int>(bk)};
+          std::vector<float> expect(m * N), y(m * N);
+          ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
+          for (bool ext : {false, true}) {
+            set_avx512_ext_enabled(ext);
+            if (ext && avx512_ext_active()) {  // the path under test is the one that runs
+              detail::Src src{};
+              src.kind = detail::Src::kFp8Packed;
+              src.n = N;
+              src.k = K;
+              src.bk = static_cast<int>(bk);
+              detail::ExtActs e;
+              detail::prepare_ext_acts(a, src, &e);
+              const bool bf16_acts = !(odd > 1.0f && odd < 2.0f);
+              EXPECT_EQ(e.fp8_dot, bf16_acts && detail::dpbf16_is_sequential()) << "odd=" << odd;
+            }
+            for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              std::fill(y.begin(), y.end(), -1.0f);
+              fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
+              for (int64_t i = 0; i < m * N; ++i)
+                ASSERT_EQ(y[i], expect[i]) << "bk=" << bk << " N=" << N << " odd=" << odd
+                                           << " m=" << m << " ext=" << ext << " i=" << i;
+            }
           }
         }
       }
     }
-  }
   set_avx512_ext_enabled(true);
 }
 

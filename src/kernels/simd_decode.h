@@ -79,9 +79,9 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
 // ahead were within noise of each other, 16-32 KB slower: docs/PERFORMANCE.md, session 6.)
 // Prefetches past the end of an array never fault.
 inline constexpr int64_t kPrefetchBytes = 8192;
-template <int kLines>
+template <int kLines, int64_t kAheadBytes = kPrefetchBytes>
 STRATA_TARGET_AVX512 inline __attribute__((always_inline)) void prefetch_stream(const uint8_t* p) {
-  const char* c = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  const char* c = reinterpret_cast<const char*>(p) + kAheadBytes;
   for (int i = 0; i < kLines; ++i) _mm_prefetch(c + 64 * i, _MM_HINT_T0);
 }
 
