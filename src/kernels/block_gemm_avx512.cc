@@ -18,11 +18,11 @@
 // FP4 dot path (CPUs with AVX512_BF16 + AVX512_VBMI, kernels::avx512_ext_active()): on a K
 // block whose activations pass fp4_block_sums_exact, every partial sum of the block's dot
 // products is exact in f32 whatever the order, so the chain's result equals the exact sum.
-// There the kernel selects each weight's nibble with VPMULTISHIFTQB, maps it to its bf16
-// value with one VPERMW, and lets VDPBF16PS multiply-add two K indices per lane (products of
-// bf16 values are exact in f32; the instruction's DAZ/FTZ never triggers: every product and
-// partial sum is a nonzero multiple of >= 2^-10 or zero). Three vector ops and a broadcast
-// load per 32 weights instead of ~13 on the chain path (dot_block). Blocks that fail the test
+// There the kernel regroups each 64 bytes of codes with one VPERMB, maps every nibble to its
+// bf16 value with a VPERMW per 32 weights, and lets VDPBF16PS multiply-add two K indices per
+// lane (products of bf16 values are exact in f32; the instruction's DAZ/FTZ never triggers:
+// every product and partial sum is a nonzero multiple of >= 2^-10 or zero): about two vector
+// ops per 32 weights instead of ~13 on the chain path (dot_block). Blocks that fail the test
 // (a nonzero activation whose lowest set bit is tiny next to the block's sum of magnitudes:
 // 0.25 % of the blocks in the bench model's decode) take the chain path, so results stay
 // bit-identical to the scalar reference on every input.
@@ -393,22 +393,23 @@ STRATA_AVX512_EXT void group512_fp8_dot_2g(const QuantActs& a, const Src& s, int
 
 // ---- FP4 dot path ----
 
-// The exact-block path keeps ONE tile (8 rows) per zmm, two K pairs at once: a 128-bit
-// broadcast of the tile's 16 bytes of K pairs j and j+1 puts pair j in the even qwords and
-// pair j+1 in the odd ones. Qword q then serves rows r0 = 2(q/2) and r0 + 1 (dword lanes 2q,
-// 2q+1) of its pair; VDPBF16PS adds the pair's two K indices per lane. The even-pair and
-// odd-pair lanes of a row are added at the end of the block (exact sums: any order is the
-// scalar chain's value). No cross-register permute is needed per weight.
+// The exact-block path reads a chunk (4 K indices x 8 tiles = 128 bytes; per tile 16 bytes:
+// K index q = 0..3 x byte j = rows 2j (low nibble) and 2j+1 (high nibble)) as two 64-byte
+// halves of 4 tiles. One VPERMB per half gathers dword lane (tile T, j) = byte j of K 0..3:
+// its low word then holds rows 2j / 2j+1 at K0 and K1 in nibbles 0-3, its high word the same
+// at K2 and K3. VPERMW on the dword shifted right by 0, 4, 8 and 12 bits (the table repeats
+// every 16 codes, so the bits above the nibble do not matter) maps nibble s of each word to
+// its bf16 value: row 2j at (K0, K2), row 2j+1 at (K0, K2), row 2j at (K1, K3), row 2j+1 at
+// (K1, K3). VDPBF16PS against the activation dwords (x[K0] | x[K2] << 16) and (x[K1] | x[K3]
+// << 16) adds both K indices of a row per lane: one VPERMB per 128 weights and one VPERMW per
+// 32 (the broadcast + VPMULTISHIFTQB + VPERMW per 32 it replaced decoded 1.27x slower from
+// L2). On an exact block every partial sum is exact, so this order gives the chain's value.
+// Even and odd rows accumulate apart and are interleaved back into tile order at the end.
 struct DotTables {
-  // bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (bit 4 is the next
-  // nibble's low bit: the 16 codes repeat).
+  // bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (the 16 codes repeat).
   alignas(64) uint16_t value[32];
-  // VPMULTISHIFTQB control: each word's low byte <- the 8 bits at the row's nibble of K
-  // index 2j (bit 4r) or 2j+1 (bit 32 + 4r) of the same qword (the high byte is ignored).
-  alignas(64) uint8_t ctrl[64];
-  // VPERMT2PS index: rows 0-7 of tile A (lanes 0-7) and tile B (lanes 8-15) from the summed
-  // lanes (row r at lane 4(r/2) + r%2).
-  alignas(64) int32_t rows[16];
+  alignas(64) uint8_t gather[64];   // VPERMB index: dword lane (T, j) <- bytes (q0..q3) of j
+  alignas(64) int32_t rows[2][16];  // VPERMT2PS: tiles (2h, 2h+1) from the (even, odd) lanes
   DotTables() {
     for (int c = 0; c < 32; ++c) {
       const float v = e2m1_value(static_cast<uint8_t>(c & 15));
@@ -416,17 +417,15 @@ struct DotTables {
       std::memcpy(&bits, &v, 4);
       value[c] = static_cast<uint16_t>(bits >> 16);
     }
-    for (int q = 0; q < 8; ++q)
-      for (int l = 0; l < 2; ++l) {
-        const int r = 2 * (q / 2) + l;
-        uint8_t* b = ctrl + q * 8 + l * 4;
-        b[0] = b[1] = static_cast<uint8_t>(4 * r);
-        b[2] = b[3] = static_cast<uint8_t>(32 + 4 * r);
-      }
-    for (int r = 0; r < 8; ++r) {
-      rows[r] = 4 * (r / 2) + r % 2;
-      rows[8 + r] = 16 + 4 * (r / 2) + r % 2;
+    for (int b = 0; b < 64; ++b) {
+      const int lane = b / 4, q = b % 4;
+      gather[b] = static_cast<uint8_t>((lane / 4) * 16 + q * 4 + lane % 4);
     }
+    for (int h = 0; h < 2; ++h)
+      for (int r = 0; r < 8; ++r) {
+        rows[h][r] = (r % 2 ? 16 : 0) + h * 8 + r / 2;
+        rows[h][8 + r] = (r % 2 ? 16 : 0) + h * 8 + 4 + r / 2;
+      }
   }
 };
 const DotTables& dot_tables() {
@@ -434,76 +433,76 @@ const DotTables& dot_tables() {
   return t;
 }
 
-// 32 bf16 weights: tile rows x K pairs (j, j+1) from the tile's 16 bytes at p.
-STRATA_AVX512_EXT STRATA_INLINE __m512bh dot_weights(const uint8_t* p, __m512i ctrl,
-                                                     __m512i table) {
-  const __m512i g = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return (__m512bh)_mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctrl, g), table);
+// The bf16 pairs of half a chunk at p (4 tiles x 4 K x 8 rows): w0 / w1 = even / odd rows at
+// (K0, K2), w2 / w3 = even / odd rows at (K1, K3).
+STRATA_AVX512_EXT STRATA_INLINE void dot_weights(const uint8_t* p, __m512i gather, __m512i table,
+                                                 __m512bh& w0, __m512bh& w1, __m512bh& w2,
+                                                 __m512bh& w3) {
+  const __m512i W = _mm512_permutexvar_epi8(gather, _mm512_loadu_si512(p));
+  w0 = (__m512bh)_mm512_permutexvar_epi16(W, table);
+  w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 4), table);
+  w2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 8), table);
+  w3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 12), table);
 }
 
-// Adds the even- and odd-pair lanes of tiles A and B: lanes 0-7 = A's rows, 8-15 = B's.
-STRATA_AVX512_EXT STRATA_INLINE __m512 swap_qwords(__m512 v) {
-  return _mm512_castpd_ps(_mm512_permutex_pd(_mm512_castps_pd(v), 0xB1));
-}
-STRATA_AVX512_EXT STRATA_INLINE __m512 dot_rows(__m512 a, __m512 b, __m512i rows) {
-  return _mm512_permutex2var_ps(_mm512_add_ps(a, swap_qwords(a)), rows,
-                                _mm512_add_ps(b, swap_qwords(b)));
-}
-
-// Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS.
-// kTwoGroups (kRows == 1): activation row xq0 against the groups at base (partials p*) and
-// base2 (partials q*), their chunks read in turn (as dot_block_fp8).
+// Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS, for
+// activation rows xp0 / xp1 (ExtActs::quad: 2 dwords per 4 K indices). kTwoGroups
+// (kRows == 1): activation row xp0 against the groups at base (partials p*) and base2
+// (partials q*), their chunks read in turn (as dot_block_fp8).
 template <int kRows, bool kTwoGroups = false, int64_t kPf = simd::kPrefetchBytes>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint8_t* base2,
-                                                   const uint32_t* xq0, const uint32_t* xq1,
+                                                   const uint32_t* xp0, const uint32_t* xp1,
                                                    const DotTables& T) {
   static_assert(!kTwoGroups || kRows == 1);
-  constexpr int64_t ts = kPackChunkK * kTile / 2;  // 16 bytes: the next tile of a chunk
-  const __m512i ctrl = _mm512_load_si512(T.ctrl);
   const __m512i table = _mm512_load_si512(T.value);
+  const __m512i gather = _mm512_load_si512(T.gather);
   const __m512 z = _mm512_setzero_ps();
-  __m512 e0 = z, e1 = z, e2 = z, e3 = z, e4 = z, e5 = z, e6 = z, e7 = z;  // row 0, tiles 0-7
-  __m512 f0 = z, f1 = z, f2 = z, f3 = z, f4 = z, f5 = z, f6 = z, f7 = z;  // row 1
-  for (int j = 0; j < 16; j += 2) {
-    const uint8_t* c = base + packed_k_offset(2 * j, kTile / 2);  // pairs j, j+1: one chunk
-    simd::prefetch_stream<2, kPf>(c);
-    const uint8_t* c2 = c;
+  // First row or group: e/o = even/odd rows, 0/1 = tiles 0-3 / 4-7, a/b = (K0, K2) / (K1, K3).
+  __m512 e0a = z, e0b = z, o0a = z, o0b = z, e1a = z, e1b = z, o1a = z, o1b = z;
+  __m512 f0 = z, g0 = z, f1 = z, g1 = z;  // second row or group: even / odd, tiles 0-3 / 4-7
+  for (int c = 0; c < 8; ++c) {
+    const uint8_t* ch = base + c * 128;  // packed_k_offset(4c, kTile / 2)
+    simd::prefetch_stream<2, kPf>(ch);
+    const uint8_t* ch2 = ch;
     if constexpr (kTwoGroups) {
-      c2 = base2 + packed_k_offset(2 * j, kTile / 2);
-      simd::prefetch_stream<2, kPf>(c2);
+      ch2 = base2 + c * 128;
+      simd::prefetch_stream<2, kPf>(ch2);
     }
-    const __m512bh xa = (__m512bh)_mm512_broadcast_i32x4(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq0 + j * 2)));
-#define STRATA_DOT(acc, accb, t)                                     \
-  {                                                                  \
-    const __m512bh w = dot_weights(c + (t) * ts, ctrl, table);       \
-    acc = _mm512_dpbf16_ps(acc, w, xa);                              \
-    if constexpr (kRows == 2) accb = _mm512_dpbf16_ps(accb, w, xb);   \
-    if constexpr (kTwoGroups)                                        \
-      accb = _mm512_dpbf16_ps(accb, dot_weights(c2 + (t) * ts, ctrl, table), xa); \
+    const __m512bh xa = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[2 * c]));
+    const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[2 * c + 1]));
+    __m512bh ya = xa, yb = xb;
+    if constexpr (kRows == 2) {
+      ya = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[2 * c]));
+      yb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[2 * c + 1]));
+    }
+#define STRATA_DOT(h, ea, eb, oa, ob, f, g)                                        \
+  {                                                                                \
+    __m512bh w0, w1, w2, w3;                                                       \
+    dot_weights(ch + 64 * (h), gather, table, w0, w1, w2, w3);                     \
+    ea = _mm512_dpbf16_ps(ea, w0, xa);                                             \
+    oa = _mm512_dpbf16_ps(oa, w1, xa);                                             \
+    eb = _mm512_dpbf16_ps(eb, w2, xb);                                             \
+    ob = _mm512_dpbf16_ps(ob, w3, xb);                                             \
+    if constexpr (kTwoGroups) dot_weights(ch2 + 64 * (h), gather, table, w0, w1, w2, w3); \
+    if constexpr (kRows == 2 || kTwoGroups) {                                      \
+      f = _mm512_dpbf16_ps(_mm512_dpbf16_ps(f, w0, ya), w2, yb);                   \
+      g = _mm512_dpbf16_ps(_mm512_dpbf16_ps(g, w1, ya), w3, yb);                   \
+    }                                                                              \
   }
-    __m512bh xb = xa;
-    if constexpr (kRows == 2)
-      xb = (__m512bh)_mm512_broadcast_i32x4(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq1 + j * 2)));
-    STRATA_DOT(e0, f0, 0)
-    STRATA_DOT(e1, f1, 1)
-    STRATA_DOT(e2, f2, 2)
-    STRATA_DOT(e3, f3, 3)
-    STRATA_DOT(e4, f4, 4)
-    STRATA_DOT(e5, f5, 5)
-    STRATA_DOT(e6, f6, 6)
-    STRATA_DOT(e7, f7, 7)
+    STRATA_DOT(0, e0a, e0b, o0a, o0b, f0, g0)
+    STRATA_DOT(1, e1a, e1b, o1a, o1b, f1, g1)
 #undef STRATA_DOT
   }
-  const __m512i rows = _mm512_load_si512(T.rows);
-  Partials P{dot_rows(e0, e1, rows), dot_rows(e2, e3, rows), dot_rows(e4, e5, rows),
-             dot_rows(e6, e7, rows), z, z, z, z};
+  const __m512i r0 = _mm512_load_si512(T.rows[0]), r1 = _mm512_load_si512(T.rows[1]);
+  const __m512 e0 = _mm512_add_ps(e0a, e0b), o0 = _mm512_add_ps(o0a, o0b);
+  const __m512 e1 = _mm512_add_ps(e1a, e1b), o1 = _mm512_add_ps(o1a, o1b);
+  Partials P{_mm512_permutex2var_ps(e0, r0, o0), _mm512_permutex2var_ps(e0, r1, o0),
+             _mm512_permutex2var_ps(e1, r0, o1), _mm512_permutex2var_ps(e1, r1, o1), z, z, z, z};
   if constexpr (kRows == 2 || kTwoGroups) {
-    P.q0 = dot_rows(f0, f1, rows);
-    P.q1 = dot_rows(f2, f3, rows);
-    P.q2 = dot_rows(f4, f5, rows);
-    P.q3 = dot_rows(f6, f7, rows);
+    P.q0 = _mm512_permutex2var_ps(f0, r0, g0);
+    P.q1 = _mm512_permutex2var_ps(f0, r1, g0);
+    P.q2 = _mm512_permutex2var_ps(f1, r0, g1);
+    P.q3 = _mm512_permutex2var_ps(f1, r1, g1);
   }
   return P;
 }
@@ -522,8 +521,8 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
   const __m512 fold = _mm512_set1_ps(256.0f), one = _mm512_set1_ps(1.0f);
   const float* xr0 = a.q + m0 * K;
   const float* xr1 = xr0 + K;
-  const uint32_t* xq0 = d.quad.data() + m0 * K;
-  const uint32_t* xq1 = xq0 + K;
+  const uint32_t* xq0 = d.quad.data() + m0 * (K / 2);
+  const uint32_t* xq1 = xq0 + K / 2;
   const uint8_t* ex0 = d.exact.data() + m0 * nkb;
   const uint8_t* ex1 = ex0 + nkb;
   const float* sx0 = a.scales + m0 * ldsx;
@@ -533,7 +532,7 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
     const uint8_t* base = s.pcodes(t0, kb);
     const bool exact = ex0[kb] != 0 && (kRows == 1 || ex1[kb] != 0);
     if (exact) {
-      const Partials P = dot_block<kRows>(base, nullptr, xq0 + kb * 32, xq1 + kb * 32, T);
+      const Partials P = dot_block<kRows>(base, nullptr, xq0 + kb * 16, xq1 + kb * 16, T);
       scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0,
                        a1, a2, a3, b0, b1, b2, b3);
     } else {
@@ -563,7 +562,7 @@ STRATA_AVX512_EXT void group512_fp4_dot_2g(const QuantActs& a, const Src& s, int
   __m512 c0 = zero, c1 = zero, c2 = zero, c3 = zero;  // group t1
   const __m512 fold = _mm512_set1_ps(256.0f), one = _mm512_set1_ps(1.0f);
   const float* xr0 = a.q + m0 * K;
-  const uint32_t* xq0 = d.quad.data() + m0 * K;
+  const uint32_t* xq0 = d.quad.data() + m0 * (K / 2);
   const uint8_t* ex0 = d.exact.data() + m0 * nkb;
   const float* sx0 = a.scales + m0 * ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
@@ -571,7 +570,7 @@ STRATA_AVX512_EXT void group512_fp4_dot_2g(const QuantActs& a, const Src& s, int
     prefetch_scales(s, t1, kb + kAhead);
     if (ex0[kb] != 0) {
       const Partials P = dot_block<1, true, kTwoGroupPrefetch>(s.pcodes(t0, kb), s.pcodes(t1, kb),
-                                                               xq0 + kb * 32, nullptr, T);
+                                                               xq0 + kb * 16, nullptr, T);
       scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
     } else {  // the chain path, one group after the other
       const Partials A = chain_block<true, 1>(s.pcodes(t0, kb), bk, xr0 + kb * bk, nullptr);
@@ -650,18 +649,16 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
   const int64_t K = a.k;
   if (s.kind == Src::kFp4Packed) {
     const int64_t nkb = K / 32;
-    d->quad.resize(static_cast<size_t>(a.m * K));
+    d->quad.resize(static_cast<size_t>(a.m * K / 2));
     d->exact.resize(static_cast<size_t>(a.m * nkb));
     for (int64_t m = 0; m < a.m; ++m) {
       const float* x = a.q + m * K;
-      uint32_t* q = d->quad.data() + m * K;
-      for (int64_t j = 0; j < K / 2; ++j) {
-        uint32_t lo, hi;
-        std::memcpy(&lo, &x[2 * j], 4);
-        std::memcpy(&hi, &x[2 * j + 1], 4);
-        const uint32_t pair = (lo >> 16) | (hi & 0xFFFF0000u);
-        q[(j / 2) * 4 + (j % 2) * 2] = pair;
-        q[(j / 2) * 4 + (j % 2) * 2 + 1] = pair;
+      uint32_t* q = d->quad.data() + m * (K / 2);
+      for (int64_t c = 0; c < K / 4; ++c) {  // (x[4c] | x[4c+2] << 16), (x[4c+1] | x[4c+3] << 16)
+        uint32_t b[4];
+        std::memcpy(b, &x[4 * c], sizeof b);
+        q[2 * c] = (b[0] >> 16) | (b[2] & 0xFFFF0000u);
+        q[2 * c + 1] = (b[1] >> 16) | (b[3] & 0xFFFF0000u);
       }
       for (int64_t kb = 0; kb < nkb; ++kb)
         d->exact[static_cast<size_t>(m * nkb + kb)] = fp4_block_sums_exact(x + kb * 32) ? 1 : 0;

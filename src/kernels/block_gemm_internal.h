@@ -68,14 +68,14 @@ struct Src {
 //   FP8 dot path: x as bf16 pairs, pairs[m][j] = K index 2j in the HIGH half of the dword,
 //   2j+1 in the low half (fp8_dot: every x is a bf16 value and the CPU's VDPBF16PS passed
 //   dpbf16_is_sequential);
-//   FP4 dot path: x as bf16 pairs laid out for 128-bit broadcasts, quad[m][j / 2] = {pair j,
-//   pair j, pair j+1, pair j+1} (K index 2j in the low half of a dword), and per 32-wide K
-//   block whether fp4_block_sums_exact holds (fp4_dot).
+//   FP4 dot path: x as bf16 pairs of K indices two apart, quad[m][2c] = K index 4c in the low
+//   half of the dword and 4c + 2 in the high half, quad[m][2c + 1] = 4c + 1 and 4c + 3, and
+//   per 32-wide K block whether fp4_block_sums_exact holds (fp4_dot).
 struct ExtActs {
   bool fp4_dot = false;
   bool fp8_dot = false;
   std::vector<uint32_t> pairs;  // [M][K/2]
-  std::vector<uint32_t> quad;   // [M][K/4][4]
+  std::vector<uint32_t> quad;   // [M][K/4][2]
   std::vector<uint8_t> exact;   // [M][K/32]
 };
 // Fills *d for GEMMs of activations `a` over packed weights `s` (both flags stay false when
