@@ -164,6 +164,45 @@ STRATA_AVX512_SEQ void group8_avx512(const float* x, const void* base, int64_t K
   _mm512_storeu_ps(out + 32, a2);
   _mm512_storeu_ps(out + 48, a3);
 }
+
+// The last kNt < 8 tiles of a range (e.g. the 3 tiles of an mHC mix, 24 x 8192 f32) in ONE
+// pass, two tiles per zmm as group8_avx512 (an odd last tile fills both halves of its zmm;
+// the copy is ignored): ceil(kNt / 2) independent chains. Run one tile after the other, each
+// tile was a single latency-bound chain over all of K.
+template <bool kBf16, int kNt>
+STRATA_AVX512_SEQ void few_avx512(const float* x, const void* base, int64_t K, int64_t t0,
+                                  float* out) {
+  static_assert(kNt >= 1 && kNt < 8);
+  const int64_t tk = K * kTile;
+  const int64_t s0 = t0 * tk;
+  auto second = [tk](int i) { return i + 1 < kNt ? (i + 1) * tk : i * tk; };
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t c = 0; c < K; ++c) {
+    const int64_t o = s0 + c * kTile;
+    const __m512 xb = _mm512_set1_ps(x[c]);
+    a0 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o, o + second(0)), a0);
+    if constexpr (kNt > 2) a1 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 2 * tk, o + second(2)), a1);
+    if constexpr (kNt > 4) a2 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 4 * tk, o + second(4)), a2);
+    if constexpr (kNt > 6) a3 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 6 * tk, o + 6 * tk), a3);
+  }
+  _mm512_storeu_ps(out, a0);
+  _mm512_storeu_ps(out + 16, a1);
+  _mm512_storeu_ps(out + 32, a2);
+  _mm512_storeu_ps(out + 48, a3);
+}
+template <bool kBf16>
+STRATA_AVX512_SEQ void few_tiles_avx512(const float* x, const void* base, int64_t K, int64_t t0,
+                                        int nt, float* out) {
+  switch (nt) {
+    case 1: return few_avx512<kBf16, 1>(x, base, K, t0, out);
+    case 2: return few_avx512<kBf16, 2>(x, base, K, t0, out);
+    case 3: return few_avx512<kBf16, 3>(x, base, K, t0, out);
+    case 4: return few_avx512<kBf16, 4>(x, base, K, t0, out);
+    case 5: return few_avx512<kBf16, 5>(x, base, K, t0, out);
+    case 6: return few_avx512<kBf16, 6>(x, base, K, t0, out);
+    default: return few_avx512<kBf16, 7>(x, base, K, t0, out);
+  }
+}
 #pragma GCC diagnostic pop
 
 template <bool kBf16>
@@ -185,6 +224,12 @@ STRATA_AVX2 void cols_avx2(const float* x, int64_t m, const PackedSeqWeight& w, 
     for (; t + 8 <= t1; t += 8) {
       group8_avx512<kBf16>(x, base, K, t, buf8);
       emit(0, t, 8, buf8);
+    }
+    if (t < t1) {
+      const int nt = static_cast<int>(t1 - t);
+      few_tiles_avx512<kBf16>(x, base, K, t, nt, buf8);
+      emit(0, t, nt, buf8);
+      t = t1;
     }
   }
   for (; t + kGroup <= t1; t += kGroup) {
@@ -241,6 +286,13 @@ void seq_gemm_packed(const float* x, int64_t m, const PackedSeqWeight& w, float*
   // multiply-adds but 768 KiB to stream: they are split too.)
   const bool small = m * w.n * w.k < (int64_t{1} << 18) && w.bytes() < (int64_t{256} << 10);
   if (pool == nullptr || pool->num_threads() <= 1 || tiles < 2 || small) {
+    run_tiles(x, m, w, y, 0, tiles);
+    return;
+  }
+  // One activation row over fewer than 8 tiles (the mHC mixes: 24 x 8192 f32) is one
+  // AVX-512 pass on this thread (few_avx512): split 2 : 1 over two threads it took 46 us per
+  // mix inside the decode, on this thread 29 us (docs/PERFORMANCE.md, session 9).
+  if (tiles < 2 * kGroup && m == 1 && avx512_active()) {
     run_tiles(x, m, w, y, 0, tiles);
     return;
   }

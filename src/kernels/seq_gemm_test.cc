@@ -63,7 +63,9 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool2(2), pool3(3);
-  for (int64_t n : {1, 7, 8, 31, 33, 64, 100, 200}) {
+  // 1..7 tiles left after the 8-tile AVX-512 passes: n = 8 (1), 12 (2), 24 (3), 31 (4),
+  // 33 (5), 48 (6), 56 (7), 100 (8 + 5), 120 (8 + 7), 200 (24 + 1).
+  for (int64_t n : {1, 7, 8, 12, 24, 31, 33, 48, 56, 64, 100, 120, 200}) {
     for (int64_t k : {1, 5, 64, 129}) {
       for (bool bf16 : {true, false}) {
         std::vector<float> wf(n * k);
@@ -104,7 +106,8 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
 
 TEST(SeqGemm, FewRowsLongKSplitOverTilesBitExact) {
   // Like the mHC mixes (24 x 8192 f32): few multiply-adds but >= 256 KiB of weights, so the
-  // rows are split over the pool in single tiles; the bits must not change.
+  // rows are split over the pool in single tiles (with AVX-512 at m = 1: one pass of all the
+  // tiles on the calling thread); the bits must not change.
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool2(2), pool3(3);
