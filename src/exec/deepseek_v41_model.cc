@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "exec/v41_forward_ctx.h"
+#include "exec/v41_simd.h"
 #include "kernels/block_gemm.h"
 #include "kernels/cpu_features.h"
 #include "model/dtype.h"
@@ -49,22 +50,7 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// bf16(v) for 16 lanes exactly as round_to_bf16: round to nearest even on the bits; NaN
-// lanes keep their top half with the quiet bit set.
-__attribute__((target("avx512f"), always_inline)) inline __m512 bf16_round16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i r = _mm512_and_si512(
-      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                           _mm512_and_si512(_mm512_srli_epi32(u, 16),
-                                                            _mm512_set1_epi32(1)))),
-      _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
-  const __mmask16 nan = _mm512_cmp_epu32_mask(
-      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000),
-      _MM_CMPINT_NLE);
-  const __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
-                                     _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, q));
-}
+using v41::bf16_round16;
 
 // The loops below over d are vectorized 16 lanes at a time on AVX-512 CPUs with each lane's
 // operations in the scalar order (mul, then add, each rounded: the build has no FP

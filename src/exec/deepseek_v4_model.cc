@@ -71,16 +71,8 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
   v4::linear(x, M, w.w3, u.data(), pool_.get());
   const float lim = static_cast<float>(config_.swiglu_limit);
   for (int64_t r = 0; r < M; ++r)
-    for (int64_t k = 0; k < I; ++k) {
-      float gv = g[r * I + k], uv = u[r * I + k];
-      if (clamp && lim > 0) {
-        uv = std::clamp(uv, -lim, lim);
-        gv = std::min(gv, lim);
-      }
-      float hv = (gv / (1.0f + v41::sleef_expf(0.0f - gv))) * uv;
-      if (route_w) hv = route_w[r] * hv;
-      g[r * I + k] = round_to_bf16(hv);
-    }
+    v41::swiglu_bf16(&g[r * I], &u[r * I], I, lim, clamp && lim > 0,
+                     route_w ? &route_w[r] : nullptr, &g[r * I]);
   v4::linear(g.data(), M, w.w2, out, pool_.get());
 }
 

@@ -25,22 +25,6 @@ namespace strata {
 
 namespace {
 
-// The reference's Expert activation on one row of I: h = bf16(route_w · (silu(g) · u)), with
-// the SwiGLU clamp (u to [-lim, lim], g to <= lim) when `clamp`.
-void swiglu_row(const float* g, const float* u, int64_t I, float lim, bool clamp,
-                const float* route_w, float* h) {
-  for (int64_t k = 0; k < I; ++k) {
-    float gv = g[k], uv = u[k];
-    if (clamp) {
-      uv = std::clamp(uv, -lim, lim);
-      gv = std::min(gv, lim);
-    }
-    float hv = (gv / (1.0f + v41::sleef_expf(0.0f - gv))) * uv;
-    if (route_w) hv = *route_w * hv;
-    h[k] = round_to_bf16(hv);
-  }
-}
-
 // Row-wise FP8 activation quantization (ue8m0 scales) of x [M, K] in blocks of `block`.
 struct QuantRows {
   int block = 0;
@@ -80,7 +64,8 @@ void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t
   const float lim = static_cast<float>(config_.swiglu_limit);
   const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
   for (int64_t r = 0; r < M; ++r)
-    swiglu_row(&g[r * I], &u[r * I], I, lim, clamp, route_w ? &route_w[r] : nullptr, &g[r * I]);
+    v41::swiglu_bf16(&g[r * I], &u[r * I], I, lim, clamp, route_w ? &route_w[r] : nullptr,
+                     &g[r * I]);
   v41::linear(g.data(), M, w.w2, out, pool_.get());
 }
 
@@ -159,7 +144,8 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
       const bool clamp = lim > 0 && (c.route_w != nullptr || config_.shared_expert_clamped);
       const float* y = &y13[pc.call][r * 2 * I];
       float* hr = &h[pc.call][r * I + pc.c0];
-      swiglu_row(y + pc.c0, y + I + pc.c0, w, lim, clamp, c.route_w ? &c.route_w[r] : nullptr, hr);
+      v41::swiglu_bf16(y + pc.c0, y + I + pc.c0, w, lim, clamp,
+                       c.route_w ? &c.route_w[r] : nullptr, hr);
       QuantRows& q = hq[pc.call];
       kernels::act_quant_fp8(hr, 1, w, static_cast<int>(blk), kernels::ScaleFmt::kUe8m0, nullptr,
                              &q.q[r * I + pc.c0], &q.s[(r * I + pc.c0) / blk]);

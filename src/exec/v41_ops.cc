@@ -16,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "kernels/seq_gemm.h"
 #include "exec/v4_ops.h"
+#include "exec/v41_simd.h"
 #include "model/dtype.h"
 
 // Scalar code using std::fma: an FMA-ISA clone (inline vfmadd instead of a libm call) picked
@@ -1045,7 +1046,60 @@ STRATA_FMA_CLONES float sleef_expf(float d) {
   return u;
 }
 
+
 namespace {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// sleef_expf on 16 lanes: the scalar function's operations in its order (FMA where it calls
+// std::fma, the same underflow / overflow cuts, NaN passed through).
+__attribute__((target("avx512f"), always_inline)) inline __m512 sleef_expf16(__m512 d) {
+  const __m512 kRLn2 = _mm512_set1_ps(1.4426950408889634f);  // as sleef_expf (same float)
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(d, kRLn2));  // MXCSR RNE = nearbyint
+  const __m512 fq = _mm512_cvtepi32_ps(q);
+  __m512 s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-0.693145751953125f), d);
+  s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-1.428606765330187045e-06f), s);
+  __m512 u = _mm512_set1_ps(0.000198527617612853646278381f);
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00139304355252534151077271f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
+  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
+  const __m512i bias = _mm512_set1_epi32(0x7f);
+  const __m512i h = _mm512_srai_epi32(q, 1);
+  const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h, bias), 23));
+  const __m512 p2 =
+      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(q, h), bias), 23));
+  u = _mm512_mul_ps(_mm512_mul_ps(u, p1), p2);
+  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(-104.0f), _CMP_LT_OQ),
+                         _mm512_setzero_ps());
+  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(104.0f), _CMP_GT_OQ),
+                         _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q), d);
+}
+
+__attribute__((target("avx512f"))) int64_t swiglu_bf16_avx512(const float* g, const float* u,
+                                                              int64_t n, float lim, bool clamp,
+                                                              const float* route_w, float* h) {
+  const __m512 L = _mm512_set1_ps(lim), NL = _mm512_set1_ps(-lim);
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m512 gv = _mm512_loadu_ps(g + k), uv = _mm512_loadu_ps(u + k);
+    if (clamp) {  // std::clamp / std::min: a NaN compares false and stays
+      uv = _mm512_mask_mov_ps(uv, _mm512_cmp_ps_mask(uv, NL, _CMP_LT_OQ), NL);
+      uv = _mm512_mask_mov_ps(uv, _mm512_cmp_ps_mask(L, uv, _CMP_LT_OQ), L);
+      gv = _mm512_mask_mov_ps(gv, _mm512_cmp_ps_mask(L, gv, _CMP_LT_OQ), L);
+    }
+    const __m512 e = sleef_expf16(_mm512_sub_ps(zero, gv));
+    __m512 hv = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv);
+    if (route_w) hv = _mm512_mul_ps(_mm512_set1_ps(*route_w), hv);
+    _mm512_storeu_ps(h + k, bf16_round16(hv));
+  }
+  return k;
+}
+#pragma GCC diagnostic pop
+
 // SLEEF double-float helpers (FMA variants) for sleef_powf.
 struct F2 {
   float x, y;
@@ -1194,6 +1248,21 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
   for (int it = 0; it < iters - 1; ++it) {
     row_norm(false);
     col_norm();
+  }
+}
+
+void swiglu_bf16(const float* g, const float* u, int64_t n, float lim, bool clamp,
+                 const float* route_w, float* h) {
+  int64_t k = kernels::avx512_active() ? swiglu_bf16_avx512(g, u, n, lim, clamp, route_w, h) : 0;
+  for (; k < n; ++k) {
+    float gv = g[k], uv = u[k];
+    if (clamp) {
+      uv = std::clamp(uv, -lim, lim);
+      gv = std::min(gv, lim);
+    }
+    float hv = (gv / (1.0f + sleef_expf(0.0f - gv))) * uv;
+    if (route_w) hv = *route_w * hv;
+    h[k] = round_to_bf16(hv);
   }
 }
 

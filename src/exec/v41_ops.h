@@ -143,6 +143,13 @@ void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys,
 
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);
+// The experts' SwiGLU on one row of n values, as the reference's Expert.forward:
+// h[k] = bf16(w · ((g'/(1 + sleef_expf(-g'))) · u')) with g' = min(g[k], lim) and
+// u' = clamp(u[k], -lim, lim) when `clamp` (else g, u as they are), w = *route_w (no factor
+// when null). On AVX-512 CPUs 16 lanes run the scalar operations in the same order (same bits,
+// NaN and infinities included). h may alias g or u. Thread safety: pure.
+void swiglu_bf16(const float* g, const float* u, int64_t n, float lim, bool clamp,
+                 const float* route_w, float* h);
 // powf for x > 0 as SLEEF's xpowf (u10, FMA; ATen's AVX2 Vectorized<float>::pow), used for
 // the RoPE base frequencies theta^(2i/d) (precompute_freqs_cis).
 float sleef_powf(float x, float y);
