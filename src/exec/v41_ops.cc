@@ -27,6 +27,50 @@ namespace strata::v41 {
 
 namespace {
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// sleef_expf on 16 lanes: the scalar function's operations in its order (FMA where it calls
+// std::fma, the same underflow / overflow cuts, NaN passed through).
+__attribute__((target("avx512f"), always_inline)) inline __m512 sleef_expf16(__m512 d) {
+  const __m512 kRLn2 = _mm512_set1_ps(1.4426950408889634f);  // as sleef_expf (same float)
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(d, kRLn2));  // MXCSR RNE = nearbyint
+  const __m512 fq = _mm512_cvtepi32_ps(q);
+  __m512 s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-0.693145751953125f), d);
+  s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-1.428606765330187045e-06f), s);
+  __m512 u = _mm512_set1_ps(0.000198527617612853646278381f);
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00139304355252534151077271f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
+  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
+  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
+  const __m512i bias = _mm512_set1_epi32(0x7f);
+  const __m512i h = _mm512_srai_epi32(q, 1);
+  const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h, bias), 23));
+  const __m512 p2 =
+      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(q, h), bias), 23));
+  u = _mm512_mul_ps(_mm512_mul_ps(u, p1), p2);
+  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(-104.0f), _CMP_LT_OQ),
+                         _mm512_setzero_ps());
+  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(104.0f), _CMP_GT_OQ),
+                         _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q), d);
+}
+
+// p = isinf(s) ? 0 : sleef_expf(s - m) and its bf16 rounding pb, 16 lanes.
+// (Out of line: the intrinsics' GCC 12 warnings are silenced only in this region.)
+__attribute__((target("avx512f"), noinline)) void softmax_exp16(const float* s, float m, float* p,
+                                                                float* pb) {
+  const __m512 v = _mm512_loadu_ps(s);
+  __m512 e = sleef_expf16(_mm512_sub_ps(v, _mm512_set1_ps(m)));
+  const __mmask16 inf = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
+  e = _mm512_mask_mov_ps(e, inf, _mm512_setzero_ps());
+  _mm512_storeu_ps(p, e);
+  _mm512_storeu_ps(pb, bf16_round16(e));
+}
+#pragma GCC diagnostic pop
+
 struct Luts {
   float e4m3[256];
   float e8m0[256];
@@ -986,6 +1030,7 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
   std::vector<float> acc(H * d), acc_o(H * d, 0.0f);
   std::vector<float> pb(H * kBlock), p(kBlock);
   const bool vec = kernels::avx512_active() && d % 16 == 0;
+  const bool exp16 = kernels::avx512_active();
   for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
     const int64_t nb = std::min(kBlock, n_rows - t0);
     for (int64_t h = 0; h < H; ++h) {
@@ -996,10 +1041,15 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
         if (rows[t0 + t]) bmax = std::max(bmax, sc[t]);
       const float m_new = std::max(m[h], bmax);
       rescale[h] = torch_exp_at(m[h] - m_new, qh, SH);
-      for (int64_t t = 0; t < nb; ++t)
+      int64_t t = 0;
+      if (exp16)  // 16 elements at once where none is in torch's scalar tail (same bits)
+        for (; t + 16 <= nb && !torch_scalar_tail(qh * nb + t + 15, SH * nb); t += 16)
+          softmax_exp16(sc + t, m_new, p.data() + t, &pb[h * kBlock + t]);
+      for (; t < nb; ++t) {
         p[t] = std::isinf(sc[t]) ? 0.0f : torch_exp_at(sc[t] - m_new, qh * nb + t, SH * nb);
+        pb[h * kBlock + t] = round_to_bf16(p[t]);
+      }
       sum_exp[h] = sum_exp[h] * rescale[h] + torch_sum(p.data(), nb);
-      for (int64_t t = 0; t < nb; ++t) pb[h * kBlock + t] = round_to_bf16(p[t]);
       m[h] = m_new;
     }
     int64_t h = 0;
@@ -1050,34 +1100,6 @@ STRATA_FMA_CLONES float sleef_expf(float d) {
 namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// sleef_expf on 16 lanes: the scalar function's operations in its order (FMA where it calls
-// std::fma, the same underflow / overflow cuts, NaN passed through).
-__attribute__((target("avx512f"), always_inline)) inline __m512 sleef_expf16(__m512 d) {
-  const __m512 kRLn2 = _mm512_set1_ps(1.4426950408889634f);  // as sleef_expf (same float)
-  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(d, kRLn2));  // MXCSR RNE = nearbyint
-  const __m512 fq = _mm512_cvtepi32_ps(q);
-  __m512 s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-0.693145751953125f), d);
-  s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-1.428606765330187045e-06f), s);
-  __m512 u = _mm512_set1_ps(0.000198527617612853646278381f);
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00139304355252534151077271f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
-  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
-  const __m512i bias = _mm512_set1_epi32(0x7f);
-  const __m512i h = _mm512_srai_epi32(q, 1);
-  const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h, bias), 23));
-  const __m512 p2 =
-      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(q, h), bias), 23));
-  u = _mm512_mul_ps(_mm512_mul_ps(u, p1), p2);
-  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(-104.0f), _CMP_LT_OQ),
-                         _mm512_setzero_ps());
-  u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, _mm512_set1_ps(104.0f), _CMP_GT_OQ),
-                         _mm512_set1_ps(std::numeric_limits<float>::infinity()));
-  return _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q), d);
-}
-
 __attribute__((target("avx512f"))) int64_t swiglu_bf16_avx512(const float* g, const float* u,
                                                               int64_t n, float lim, bool clamp,
                                                               const float* route_w, float* h) {
