@@ -1096,7 +1096,6 @@ STRATA_FMA_CLONES float sleef_expf(float d) {
   return u;
 }
 
-
 namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

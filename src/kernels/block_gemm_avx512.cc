@@ -200,7 +200,7 @@ constexpr int kAhead = 8;
 // variants below): one core then streams two address ranges, and the prefetchers keep more
 // lines in flight than for one stream. Those paths prefetch 4 KB ahead per stream instead of
 // simd::kPrefetchBytes. Measured in-process on this preset's decode shapes, 1 / 2 threads,
-// FP8 +11 % / +9 %, FP4 +10 % / +9 % (docs/PERFORMANCE.md, session 9).
+// FP8 +11 % / +7 %, FP4 +10 % / +9 % (docs/PERFORMANCE.md, session 9).
 constexpr int64_t kTwoGroupPrefetch = 4096;
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain

@@ -181,9 +181,12 @@ STRATA_AVX512_SEQ void few_avx512(const float* x, const void* base, int64_t K, i
     const int64_t o = s0 + c * kTile;
     const __m512 xb = _mm512_set1_ps(x[c]);
     a0 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o, o + second(0)), a0);
-    if constexpr (kNt > 2) a1 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 2 * tk, o + second(2)), a1);
-    if constexpr (kNt > 4) a2 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 4 * tk, o + second(4)), a2);
-    if constexpr (kNt > 6) a3 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 6 * tk, o + 6 * tk), a3);
+    if constexpr (kNt > 2)
+      a1 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 2 * tk, o + second(2)), a1);
+    if constexpr (kNt > 4)
+      a2 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 4 * tk, o + second(4)), a2);
+    if constexpr (kNt > 6)
+      a3 = _mm512_fmadd_ps(xb, load16<kBf16>(base, o + 6 * tk, o + 6 * tk), a3);
   }
   _mm512_storeu_ps(out, a0);
   _mm512_storeu_ps(out + 16, a1);
