@@ -27,23 +27,29 @@ namespace strata::v41 {
 
 namespace {
 
+// SLEEF's xexpf (u10) constants: 1/ln 2, ln 2 split in a high and a low part, and the
+// polynomial's coefficients (highest degree first). Shared by sleef_expf and its 16-lane form
+// (and the first three by sleef_expkf, whose polynomial differs), so they cannot drift apart.
+constexpr float kExpRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+constexpr float kExpL2U = 0.693145751953125f;
+constexpr float kExpL2L = 1.428606765330187045e-06f;
+constexpr float kExpPoly[6] = {0.000198527617612853646278381f, 0.00139304355252534151077271f,
+                               0.00833336077630519866943359f, 0.0416664853692054748535156f,
+                               0.166666671633720397949219f,   0.5f};
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 // sleef_expf on 16 lanes: the scalar function's operations in its order (FMA where it calls
 // std::fma, the same underflow / overflow cuts, NaN passed through).
 __attribute__((target("avx512f"), always_inline)) inline __m512 sleef_expf16(__m512 d) {
-  const __m512 kRLn2 = _mm512_set1_ps(1.4426950408889634f);  // as sleef_expf (same float)
-  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(d, kRLn2));  // MXCSR RNE = nearbyint
+  // MXCSR's round-to-nearest-even conversion = std::nearbyint
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(d, _mm512_set1_ps(kExpRLn2)));
   const __m512 fq = _mm512_cvtepi32_ps(q);
-  __m512 s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-0.693145751953125f), d);
-  s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-1.428606765330187045e-06f), s);
-  __m512 u = _mm512_set1_ps(0.000198527617612853646278381f);
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00139304355252534151077271f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
+  __m512 s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-kExpL2U), d);
+  s = _mm512_fmadd_ps(fq, _mm512_set1_ps(-kExpL2L), s);
+  __m512 u = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(kExpPoly[i]));
   u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
   const __m512i bias = _mm512_set1_epi32(0x7f);
   const __m512i h = _mm512_srai_epi32(q, 1);
@@ -1074,22 +1080,15 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
 // expf as SLEEF's xexpf (u10) computes it with FMA: the vectorized exp behind torch.exp /
 // torch.sigmoid on AVX2 CPUs (ATen Vectorized<float>::exp -> Sleef_expf8_u10).
 STRATA_FMA_CLONES float sleef_expf(float d) {
-  const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
-  const float kL2U = 0.693145751953125f;
-  const float kL2L = 1.428606765330187045e-06f;
   if (std::isnan(d)) return d;
   if (d < -104.0f) return 0.0f;  // SLEEF's underflow cut (also keeps the int cast defined)
   if (d > 104.0f) return std::numeric_limits<float>::infinity();
-  const int32_t q = static_cast<int32_t>(std::nearbyint(d * kRLn2));
+  const int32_t q = static_cast<int32_t>(std::nearbyint(d * kExpRLn2));
   const float fq = static_cast<float>(q);
-  float s = std::fma(fq, -kL2U, d);
-  s = std::fma(fq, -kL2L, s);
-  float u = 0.000198527617612853646278381f;
-  u = std::fma(u, s, 0.00139304355252534151077271f);
-  u = std::fma(u, s, 0.00833336077630519866943359f);
-  u = std::fma(u, s, 0.0416664853692054748535156f);
-  u = std::fma(u, s, 0.166666671633720397949219f);
-  u = std::fma(u, s, 0.5f);
+  float s = std::fma(fq, -kExpL2U, d);
+  s = std::fma(fq, -kExpL2L, s);
+  float u = kExpPoly[0];
+  for (int i = 1; i < 6; ++i) u = std::fma(u, s, kExpPoly[i]);
   u = 1.0f + std::fma(s * s, u, s);
   auto pow2i = [](int32_t e) { return f32_from_bits(static_cast<uint32_t>(e + 0x7f) << 23); };
   u = u * pow2i(q >> 1) * pow2i(q - (q >> 1));
@@ -1188,15 +1187,12 @@ F2 sleef_logkf(float d) {
                                    df_mul_f2f2(df_mul_f2f2(x2, x), df_add2_f2f2(df_mul_f2f(x2, t), c))));
 }
 float sleef_expkf(F2 d) {
-  const float kRLn2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
-  const float kL2U = 0.693145751953125f;
-  const float kL2L = 1.428606765330187045e-06f;
   if (d.x < -104.0f) return 0.0f;
-  const float u0 = (d.x + d.y) * kRLn2;
+  const float u0 = (d.x + d.y) * kExpRLn2;
   const int32_t q = static_cast<int32_t>(std::nearbyint(u0));
   const float fq = static_cast<float>(q);
-  F2 s = df_add2_f2f(d, fq * -kL2U);
-  s = df_add2_f2f(s, fq * -kL2L);
+  F2 s = df_add2_f2f(d, fq * -kExpL2U);
+  s = df_add2_f2f(s, fq * -kExpL2L);
   s = df_normalize(s);
   float u = 0.00136324646882712841033936f;
   u = std::fma(u, s.x, 0.00836596917361021041870117f);
