@@ -111,6 +111,7 @@ STRATA_AVX2_F16C void tiles_pass(const float* x, int64_t m, int64_t ldx, const P
 // ---- AVX-512: one whole packed group (8 tiles = 64 rows) per pass, one zmm of 8 f64 per
 // tile and activation row; two tiles decoded per instruction sequence.
 #define STRATA_AVX512 STRATA_TARGET_AVX512
+#define STRATA_AVX512_EXT STRATA_TARGET_AVX512_EXT
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // 64 f64 accumulators (8 tiles x 8 rows) of one activation row: named members, so GCC keeps
@@ -362,6 +363,103 @@ STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w
   store_acc(acc, Acc64{a0, a1, a2, a3, a4, a5, a6, a7});
   return true;
 }
+// group_pass512_direct's bits with about half the vector work per weight, for groups whose
+// 8 rows of each tile share one power-of-two scale per K block (every checkpoint with row
+// blocks of 8 or more: V4.1 uses 128 or 32). Two changes, each exact:
+//  * The decode: E4M3 code c of (row r, k) must become the f64 bits of v·2^-1016, i.e.
+//    byte 7 = c & 0x80 and byte 6 = (c << 1) & 0xFE of qword r, every other byte zero (the
+//    same bits as group_pass512_direct's sign-extend, shift and AND). For 64 codes (2 tiles
+//    x 4 K x 8 rows, one zmm) the two byte forms are made once (an AND and an ADD); then each
+//    tile's 8 rows at one k are a single zero-masked two-table byte permute (VPERMT2B).
+//  * The scale: the tile's one scale s moves from the weight to the activation, xs = x·s·2^512
+//    (exact: s is a power of two, and |x·s·2^512| < 2^767). Each FMA then adds
+//    xs·(v·2^-1016) = (x·v·s)·2^-504 exactly, and every partial sum of the chain is the
+//    direct pass's partial sum times 2^-504: all of them (nonzero ones ≥ 2^-1000 in magnitude,
+//    far below 2^1023) stay normal, where rounding commutes with a power-of-two scale. The
+//    final ·2^504 gives the direct pass's bits.
+// Returns false, having changed nothing, when a tile's rows have different scales in some K
+// block or a scale is not a finite power of two (or zero).
+STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight& w, int64_t t,
+                                          double* acc) {
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
+  if (bk % kPackChunkK != 0 || bk > 256) return false;
+  // lane 8j of each 16 (row 0 of the zmm's two tiles) against all 16
+  const __m512i row0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+  const __m512i expo = _mm512_set1_epi32(0x7F800000), mant = _mm512_set1_epi32(0x007FFFFF);
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
+    for (int i = 0; i < 64; i += 16) {
+      const __m512 v = scales16(sc, i);
+      const __m512i b = _mm512_castps_si512(v);
+      if (_mm512_cmpeq_epi32_mask(b, _mm512_permutexvar_epi32(row0, b)) != 0xFFFF ||
+          _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, expo), expo) != 0 ||
+          _mm512_test_epi32_mask(b, mant) != 0)
+        return false;
+    }
+  }
+  // i<tt><kk>: qword r takes byte 6 from A and byte 7 from B at code tt*32 + kk*8 + r.
+  auto index = [](int j) STRATA_AVX512 {
+    alignas(64) uint8_t b[64] = {};
+    for (int r = 0; r < 8; ++r) {
+      b[r * 8 + 6] = static_cast<uint8_t>(j * 8 + r);
+      b[r * 8 + 7] = static_cast<uint8_t>(64 + j * 8 + r);
+    }
+    return _mm512_load_si512(b);
+  };
+  const __m512i i00 = index(0), i01 = index(1), i02 = index(2), i03 = index(3);
+  const __m512i i10 = index(4), i11 = index(5), i12 = index(6), i13 = index(7);
+  const __mmask64 top2 = 0xC0C0C0C0C0C0C0C0ull;
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512d up = _mm512_set1_pd(std::ldexp(1.0, 512));
+  alignas(64) double xs[256 * 8];  // [k in block][tile]
+  const __m512d z = _mm512_setzero_pd();
+  __m512d a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
+    prefetch_ahead(w, t, kb);
+    double s8[8];
+    for (int i = 0; i < 8; ++i) s8[i] = static_cast<double>(sc.at(i * 8));
+    const __m512d s = _mm512_mul_pd(_mm512_loadu_pd(s8), up);
+    const float* xr = x + kb * bk;
+    for (int64_t k = 0; k < bk; ++k)
+      _mm512_store_pd(xs + k * 8, _mm512_mul_pd(_mm512_set1_pd(static_cast<double>(xr[k])), s));
+    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
+    for (int64_t c = 0; c < bk; c += kPackChunkK) {
+      const uint8_t* q = base + packed_k_offset(c, kTile);
+      simd::prefetch_stream<4>(q);
+      const double* xc = xs + c * 8;
+      const __m512i c0 = _mm512_loadu_si512(q), c1 = _mm512_loadu_si512(q + 64);
+      const __m512i c2 = _mm512_loadu_si512(q + 128), c3 = _mm512_loadu_si512(q + 192);
+      const __m512i A0 = _mm512_add_epi8(c0, c0), B0 = _mm512_and_si512(c0, sign);
+      const __m512i A1 = _mm512_add_epi8(c1, c1), B1 = _mm512_and_si512(c1, sign);
+      const __m512i A2 = _mm512_add_epi8(c2, c2), B2 = _mm512_and_si512(c2, sign);
+      const __m512i A3 = _mm512_add_epi8(c3, c3), B3 = _mm512_and_si512(c3, sign);
+#define STRATA_PERM_FMA(acc, A, B, idx, tile, kk)                                              \
+  acc = _mm512_fmadd_pd(_mm512_set1_pd(xc[(kk) * 8 + (tile)]),                                 \
+                        _mm512_castsi512_pd(_mm512_maskz_permutex2var_epi8(top2, A, idx, B)), acc);
+#define STRATA_PERM_K(kk, i0, i1)                                                              \
+  STRATA_PERM_FMA(a0, A0, B0, i0, 0, kk)                                                       \
+  STRATA_PERM_FMA(a1, A0, B0, i1, 1, kk)                                                       \
+  STRATA_PERM_FMA(a2, A1, B1, i0, 2, kk)                                                       \
+  STRATA_PERM_FMA(a3, A1, B1, i1, 3, kk)                                                       \
+  STRATA_PERM_FMA(a4, A2, B2, i0, 4, kk)                                                       \
+  STRATA_PERM_FMA(a5, A2, B2, i1, 5, kk)                                                       \
+  STRATA_PERM_FMA(a6, A3, B3, i0, 6, kk)                                                       \
+  STRATA_PERM_FMA(a7, A3, B3, i1, 7, kk)
+      STRATA_PERM_K(0, i00, i10)
+      STRATA_PERM_K(1, i01, i11)
+      STRATA_PERM_K(2, i02, i12)
+      STRATA_PERM_K(3, i03, i13)
+#undef STRATA_PERM_K
+#undef STRATA_PERM_FMA
+    }
+  }
+  const __m512d down = _mm512_set1_pd(std::ldexp(1.0, 504));
+  store_acc(acc, Acc64{_mm512_mul_pd(a0, down), _mm512_mul_pd(a1, down), _mm512_mul_pd(a2, down),
+                       _mm512_mul_pd(a3, down), _mm512_mul_pd(a4, down), _mm512_mul_pd(a5, down),
+                       _mm512_mul_pd(a6, down), _mm512_mul_pd(a7, down)});
+  return true;
+}
 #pragma GCC diagnostic pop
 
 void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w, int64_t t0,
@@ -376,7 +474,8 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
       std::fill(acc512.begin(), acc512.end(), 0.0);
       if (m >= 2) {
         group_pass512_rows(x, m, ldx, w, t, acc512.data());
-      } else if (!group_pass512_direct(x, w, t, acc512.data())) {
+      } else if (!(avx512_ext_active() && group_pass512_perm(x, w, t, acc512.data())) &&
+                 !group_pass512_direct(x, w, t, acc512.data())) {
         group_pass512(x, m, ldx, w, t, acc512.data());
       }
       for (int i = 0; i < kPackGroup * kTile; ++i) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,21 @@ float bf16(float f) {
   u &= 0xffff0000u;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// One activation row through every ISA mode (AVX2 only, AVX-512, AVX-512 + extension
+// passes): each must give `want` bit for bit. Leaves both AVX-512 switches on.
+void expect_one_row_all_modes(const std::vector<float>& x, const PackedFp8Weight& p,
+                              const std::vector<float>& want, const std::string& what) {
+  for (int mode : {0, 1, 2}) {
+    set_avx512_enabled(mode >= 1);
+    set_avx512_ext_enabled(mode == 2);
+    std::vector<float> y(p.n, -7.0f);
+    fp8_dequant_gemm_f64(x.data(), 1, p.k, p, 0, p.n, y.data(), p.n, nullptr);
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "mode " << mode << what;
+  }
+  set_avx512_enabled(true);
+  set_avx512_ext_enabled(true);
 }
 
 TEST(Fp8Einsum, MatchesF64LoopBitExact) {
@@ -142,15 +158,50 @@ TEST(Fp8Einsum, F32ScalesThatAreNotPowersOfTwo) {
       acc += static_cast<double>(x[k]) * (dec_e4m3(codes[n * K + k]) * sc[(n / B) * (K / B) + k / B]);
     want[n] = bf16(static_cast<float>(acc));
   }
-  for (int mode : {0, 1, 2}) {
-    set_avx512_enabled(mode >= 1);
-    set_avx512_ext_enabled(mode == 2);
-    std::vector<float> y(N, -7.0f);
-    fp8_dequant_gemm_f64(x.data(), 1, K, p, 0, N, y.data(), N, nullptr);
-    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "mode " << mode;
+  expect_one_row_all_modes(x, p, want, "");
+}
+
+// The one-row passes on activations and scales far from 1 (f32 subnormals, 1e30, zeros of
+// both signs; UE8M0 scales from 2^-100 to 2^100), for K blocks of 32 and 128 and for row
+// blocks of 32, 128 and 4. With row blocks of 4 a tile's 8 rows have two scales, which the
+// VPERMT2B pass (one scale per tile) must leave to the direct pass.
+TEST(Fp8Einsum, OneRowExtremeValuesAndMixedTileScales) {
+  std::mt19937 rng(23);
+  const int64_t N = 192, K = 256;
+  std::vector<uint8_t> codes(N * K);
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c = 0x01;  // no NaN codes; subnormal codes stay
   }
-  set_avx512_enabled(true);
-  set_avx512_ext_enabled(true);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(K);
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = bf16(nd(rng));
+    switch (rng() % 8) {
+      case 0: x[k] = v * 1e-40f; break;  // f32 subnormal
+      case 1: x[k] = bf16(v * 1e30f); break;
+      case 2: x[k] = bf16(v * 1e-30f); break;
+      case 3: x[k] = (rng() & 1) ? 0.0f : -0.0f; break;
+      default: x[k] = v;
+    }
+  }
+  for (const int bn : {32, 128, 4})
+    for (const int bk : {32, 128}) {
+      std::vector<uint8_t> sc(((N + bn - 1) / bn) * (K / bk));
+      for (auto& v : sc) v = static_cast<uint8_t>(27 + rng() % 201);  // 2^-100 .. 2^100
+      const PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, bn, bk});
+      std::vector<float> want(N);
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double s = std::ldexp(1.0, sc[(n / bn) * (K / bk) + k / bk] - 127);
+          acc += static_cast<double>(x[k]) * (static_cast<double>(dec_e4m3(codes[n * K + k])) * s);
+        }
+        want[n] = bf16(static_cast<float>(acc));
+      }
+      expect_one_row_all_modes(x, p, want,
+                               " block_n " + std::to_string(bn) + " block_k " + std::to_string(bk));
+    }
 }
 
 }  // namespace
