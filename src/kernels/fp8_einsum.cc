@@ -363,6 +363,17 @@ STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w
   store_acc(acc, Acc64{a0, a1, a2, a3, a4, a5, a6, a7});
   return true;
 }
+
+// VPERMT2B index for group_pass512_perm: qword r takes byte 6 from table A and byte 7 from
+// table B at code j*8 + r (j = tt*4 + kk: tile tt of the pair, K index kk of the chunk).
+STRATA_AVX512 inline __m512i perm_index(int j) {
+  alignas(64) uint8_t b[64] = {};
+  for (int r = 0; r < 8; ++r) {
+    b[r * 8 + 6] = static_cast<uint8_t>(j * 8 + r);
+    b[r * 8 + 7] = static_cast<uint8_t>(64 + j * 8 + r);
+  }
+  return _mm512_load_si512(b);
+}
 // group_pass512_direct's bits with about half the vector work per weight, for groups whose
 // 8 rows of each tile share one power-of-two scale per K block (every checkpoint with row
 // blocks of 8 or more: V4.1 uses 128 or 32). Two changes, each exact:
@@ -397,17 +408,8 @@ STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight&
         return false;
     }
   }
-  // i<tt><kk>: qword r takes byte 6 from A and byte 7 from B at code tt*32 + kk*8 + r.
-  auto index = [](int j) STRATA_AVX512 {
-    alignas(64) uint8_t b[64] = {};
-    for (int r = 0; r < 8; ++r) {
-      b[r * 8 + 6] = static_cast<uint8_t>(j * 8 + r);
-      b[r * 8 + 7] = static_cast<uint8_t>(64 + j * 8 + r);
-    }
-    return _mm512_load_si512(b);
-  };
-  const __m512i i00 = index(0), i01 = index(1), i02 = index(2), i03 = index(3);
-  const __m512i i10 = index(4), i11 = index(5), i12 = index(6), i13 = index(7);
+  const __m512i i00 = perm_index(0), i01 = perm_index(1), i02 = perm_index(2), i03 = perm_index(3);
+  const __m512i i10 = perm_index(4), i11 = perm_index(5), i12 = perm_index(6), i13 = perm_index(7);
   const __mmask64 top2 = 0xC0C0C0C0C0C0C0C0ull;
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512d up = _mm512_set1_pd(std::ldexp(1.0, 512));
