@@ -383,27 +383,30 @@ STRATA_AVX512 inline __m512i perm_index(int j) {
 //    x 4 K x 8 rows, one zmm) the two byte forms are made once (an AND and an ADD); then each
 //    tile's 8 rows at one k are a single zero-masked two-table byte permute (VPERMT2B).
 //  * The scale: the tile's one scale s moves from the weight to the activation, xs = x·s·2^512
-//    (exact: s is a power of two, and |x·s·2^512| < 2^767). Each FMA then adds
+//    (exact: s is a power of two, and |x·s·2^512| < 2^760). Each FMA then adds
 //    xs·(v·2^-1016) = (x·v·s)·2^-504 exactly, and every partial sum of the chain is the
 //    direct pass's partial sum times 2^-504: all of them (nonzero ones ≥ 2^-1000 in magnitude,
 //    far below 2^1023) stay normal, where rounding commutes with a power-of-two scale. The
 //    final ·2^504 gives the direct pass's bits.
 // Returns false, having changed nothing, when a tile's rows have different scales in some K
-// block or a scale is not a finite power of two (or zero).
+// block, or a scale is not a power of two (or zero) below 2^120: above that v·s overflows
+// f32 (and bf16, where the reference dequantizes wo_a) for the largest codes, which the
+// f32-stage pass reproduces and this one would not.
 STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight& w, int64_t t,
                                           double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
   if (bk % kPackChunkK != 0 || bk > 256) return false;
   // lane 8j of each 16 (row 0 of the zmm's two tiles) against all 16
   const __m512i row0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
-  const __m512i expo = _mm512_set1_epi32(0x7F800000), mant = _mm512_set1_epi32(0x007FFFFF);
+  const __m512 limit = _mm512_set1_ps(0x1p120f);
+  const __m512i mant = _mm512_set1_epi32(0x007FFFFF);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
     for (int i = 0; i < 64; i += 16) {
       const __m512 v = scales16(sc, i);
       const __m512i b = _mm512_castps_si512(v);
       if (_mm512_cmpeq_epi32_mask(b, _mm512_permutexvar_epi32(row0, b)) != 0xFFFF ||
-          _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, expo), expo) != 0 ||
+          _mm512_cmp_ps_mask(_mm512_abs_ps(v), limit, _CMP_LT_OQ) != 0xFFFF ||
           _mm512_test_epi32_mask(b, mant) != 0)
         return false;
     }

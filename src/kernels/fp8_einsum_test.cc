@@ -204,5 +204,36 @@ TEST(Fp8Einsum, OneRowExtremeValuesAndMixedTileScales) {
     }
 }
 
+// UE8M0 scales of 2^120 and more: v·s overflows f32 (and bf16, where the reference
+// dequantizes wo_a) for the largest codes, which the f32-stage pass reproduces (infinite or
+// NaN outputs); the VPERMT2B pass must leave such groups to it. One group with a 2^125 scale
+// block, one with 2^119: the extension mode gives the AVX-512 mode's bits.
+TEST(Fp8Einsum, HugeScalesKeepTheF32StageOverflow) {
+  std::mt19937 rng(29);
+  const int64_t N = 128, K = 64, B = 32;
+  std::vector<uint8_t> codes(N * K);
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c = 0x7E;  // 448, the largest value
+  }
+  std::vector<uint8_t> sc((N / B) * (K / B), 120);
+  sc[0] = 252;  // 2^125: rows 0-31, K 0-31
+  sc[4] = 246;  // 2^119: rows 64-95
+  const PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
+  std::normal_distribution<float> nd;
+  std::vector<float> x(K);
+  for (auto& v : x) v = bf16(nd(rng));
+  std::vector<float> y1(N), y2(N);
+  set_avx512_enabled(true);
+  set_avx512_ext_enabled(false);
+  fp8_dequant_gemm_f64(x.data(), 1, K, p, 0, N, y1.data(), N, nullptr);
+  set_avx512_ext_enabled(true);
+  fp8_dequant_gemm_f64(x.data(), 1, K, p, 0, N, y2.data(), N, nullptr);
+  int nonfinite = 0;
+  for (float v : y1) nonfinite += !std::isfinite(v);
+  EXPECT_GT(nonfinite, 0);  // the 2^125 block overflowed
+  EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4));
+}
+
 }  // namespace
 }  // namespace strata::kernels
