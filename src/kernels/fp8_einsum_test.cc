@@ -30,6 +30,16 @@ float bf16(float f) {
   return f;
 }
 
+// n random E4M3 codes, NaN codes (0x7F / 0xFF) replaced by `nan_to`.
+std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t n, uint8_t nan_to) {
+  std::vector<uint8_t> codes(n);
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c = nan_to;
+  }
+  return codes;
+}
+
 // One activation row through every ISA mode (AVX2 only, AVX-512, AVX-512 + extension
 // passes): each must give `want` bit for bit. Leaves both AVX-512 switches on.
 void expect_one_row_all_modes(const std::vector<float>& x, const PackedFp8Weight& p,
@@ -48,14 +58,12 @@ void expect_one_row_all_modes(const std::vector<float>& x, const PackedFp8Weight
 TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   std::mt19937 rng(11);
   const int64_t N = 144, K = 96, B = 32, M = 3, ldx = K + 5, ldy = 150;
-  std::vector<uint8_t> codes(N * K), sc((N / B) * (K / B) + 8);
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c = 0x10;  // no NaN codes
-  }
+  const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x10);  // no NaN codes
+  std::vector<uint8_t> sc((N / B) * (K / B) + 8);
   for (auto& s : sc) s = static_cast<uint8_t>(120 + rng() % 10);
   for (const bool big_scale : {false, true}) {
-  // a block scale of 2^8 sends the groups holding it to the fallback of the extension pass
+  // a block scale of 2^8 sends the groups holding it from the direct one-row pass to the
+  // f32-stage pass (mode 1); the VPERMT2B pass (mode 2) takes them
   if (big_scale) sc[1] = 135;
   std::vector<float> x(M * ldx);
   std::normal_distribution<float> nd;
@@ -104,11 +112,8 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
 TEST(Fp8Einsum, GroupedMatchesOneCallPerGroup) {
   std::mt19937 rng(5);
   const int64_t N = 1024, K = 256, B = 32;
-  std::vector<uint8_t> codes(N * K), sc((N / B) * (K / B));
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c = 0x10;
-  }
+  const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x10);
+  std::vector<uint8_t> sc((N / B) * (K / B));
   for (auto& v : sc) v = static_cast<uint8_t>(118 + rng() % 12);
   const PackedFp8Weight p = pack_fp8_weight({codes.data(), sc.data(), nullptr, N, K, B, B});
   std::normal_distribution<float> nd;
@@ -140,11 +145,7 @@ TEST(Fp8Einsum, GroupedMatchesOneCallPerGroup) {
 TEST(Fp8Einsum, F32ScalesThatAreNotPowersOfTwo) {
   std::mt19937 rng(17);
   const int64_t N = 128, K = 64, B = 32;
-  std::vector<uint8_t> codes(N * K);
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c = 0x10;
-  }
+  const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x10);
   std::vector<float> sc((N / B) * (K / B));
   for (auto& v : sc) v = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 997.0f, -3 + static_cast<int>(rng() % 5));
   const PackedFp8Weight p = pack_fp8_weight({codes.data(), nullptr, sc.data(), N, K, B, B});
@@ -168,11 +169,7 @@ TEST(Fp8Einsum, F32ScalesThatAreNotPowersOfTwo) {
 TEST(Fp8Einsum, OneRowExtremeValuesAndMixedTileScales) {
   std::mt19937 rng(23);
   const int64_t N = 192, K = 256;
-  std::vector<uint8_t> codes(N * K);
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c = 0x01;  // no NaN codes; subnormal codes stay
-  }
+  const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x01);
   std::normal_distribution<float> nd;
   std::vector<float> x(K);
   for (int64_t k = 0; k < K; ++k) {
@@ -211,11 +208,7 @@ TEST(Fp8Einsum, OneRowExtremeValuesAndMixedTileScales) {
 TEST(Fp8Einsum, HugeScalesKeepTheF32StageOverflow) {
   std::mt19937 rng(29);
   const int64_t N = 128, K = 64, B = 32;
-  std::vector<uint8_t> codes(N * K);
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c = 0x7E;  // 448, the largest value
-  }
+  const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x7E);
   std::vector<uint8_t> sc((N / B) * (K / B), 120);
   sc[0] = 252;  // 2^125: rows 0-31, K 0-31
   sc[4] = 246;  // 2^119: rows 64-95
