@@ -33,10 +33,23 @@ std::unique_ptr<httplib::Client> make_client(const std::string& url, double time
   return c;
 }
 
+// A cpp-httplib transport error as words for the user (its own names, e.g. "Connection",
+// read as a cut-off message).
+std::string transport_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "could not connect (is a server listening at this URL?)";
+    case httplib::Error::ConnectionTimeout: return "connection timed out";
+    case httplib::Error::Read: return "the connection failed while reading the response";
+    case httplib::Error::Write: return "the connection failed while sending the request";
+    case httplib::Error::Canceled: return "request canceled";
+    default: return "transport error (" + httplib::to_string(e) + ")";
+  }
+}
+
 StatusOr<std::string> http_get(const std::string& url, const std::string& path) {
   auto c = make_client(url, 30);
   auto res = c->Get(path);
-  if (!res) return Status(StatusCode::kUnavailable, fmt::format("GET {}{}: {}", url, path, httplib::to_string(res.error())));
+  if (!res) return Status(StatusCode::kUnavailable, fmt::format("GET {}{}: {}", url, path, transport_error(res.error())));
   if (res->status != 200) return Status(StatusCode::kUnavailable, fmt::format("GET {}{}: HTTP {}", url, path, res->status));
   return res->body;
 }
@@ -123,7 +136,7 @@ void send_one(const std::string& url, const std::string& model, const BenchReque
   const bool ok = client->send(hreq, hres, herr);
   out->latency_s = seconds_since(t0);
   if (!ok) {
-    out->error = fmt::format("transport: {}", httplib::to_string(herr));
+    out->error = transport_error(herr);
   } else if (hres.status != 200) {
     out->error = fmt::format("HTTP {}: {}", hres.status, buffer.substr(0, 300));
   } else if (!error.empty()) {
