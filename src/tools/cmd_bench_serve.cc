@@ -114,7 +114,9 @@ int run_bench_serve(const BenchServeCli& o) {
     if (kind == "azure") loaded = load_azure_trace(file, wo);
     if (!loaded.ok()) {
       fmt::print(stderr, "strata bench serve: {}\n", loaded.status().to_string());
-      return 2;
+      // 2 for a malformed argument, 1 for a trace file that is missing or does not parse
+      // (as `validate golden` treats its cases file)
+      return loaded.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     w = std::move(*loaded);
   } else if (o.random) {
