@@ -300,7 +300,6 @@ TEST(V41Ops, QdqFp4VectorMatchesScalar) {
   kernels::set_avx512_enabled(was);
 }
 
-
 // swiglu_bf16's AVX-512 lanes against its scalar loop (the reference's Expert activation):
 // magnitudes from 1e-3 to 1e3, exp's under/overflow cuts (g near ±104), the clamp's edges,
 // ±0, ±inf and NaN in g and u, a tail that is not a multiple of 16, with and without the

@@ -296,6 +296,31 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
   }
 }
 
+// Whether every row scale of group t (8 tiles, all K blocks) is zero or a power of two with
+// |s| < limit (the one-row f64 passes' exactness conditions), and, when `uniform_tiles`, the
+// same for the 8 rows of each tile in every K block.
+STRATA_AVX512 bool group_scales_pow2(const PackedFp8Weight& w, int64_t t, float limit,
+                                     bool uniform_tiles) {
+  const int64_t nkb = w.k / w.block_k;
+  // lane 8j of each 16 (row 0 of the zmm's two tiles) against all 16
+  const __m512i row0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+  const __m512 lim = _mm512_set1_ps(limit);
+  const __m512i mant = _mm512_set1_epi32(0x007FFFFF);
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
+    for (int i = 0; i < 64; i += 16) {
+      const __m512 v = scales16(sc, i);
+      const __m512i b = _mm512_castps_si512(v);
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(v), lim, _CMP_LT_OQ) != 0xFFFF ||
+          _mm512_test_epi32_mask(b, mant) != 0 ||
+          (uniform_tiles &&
+           _mm512_cmpeq_epi32_mask(b, _mm512_permutexvar_epi32(row0, b)) != 0xFFFF))
+        return false;
+    }
+  }
+  return true;
+}
+
 // One activation row, the E4M3 codes widened straight to f64 (no f32 stage, no vcvtps2pd):
 // VPMOVSXBQ puts tile row r's code of K index k in qword lane r, a shift by 49 moves its
 // exponent and mantissa bits to f64 bits 55..49 (sign, replicated by the sign extension, in
@@ -309,18 +334,7 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
 STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w, int64_t t,
                                         double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
-  if (bk % kPackChunkK != 0) return false;
-  const __m512 limit = _mm512_set1_ps(128.0f);
-  const __m512i mant = _mm512_set1_epi32(0x007FFFFF);
-  for (int64_t kb = 0; kb < nkb; ++kb) {
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    for (int i = 0; i < 64; i += 16) {
-      const __m512 v = scales16(sc, i);
-      if (_mm512_cmp_ps_mask(_mm512_abs_ps(v), limit, _CMP_LT_OQ) != 0xFFFF ||
-          _mm512_test_epi32_mask(_mm512_castps_si512(v), mant) != 0)
-        return false;
-    }
-  }
+  if (bk % kPackChunkK != 0 || !group_scales_pow2(w, t, 128.0f, false)) return false;
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512d fold = _mm512_set1_pd(std::ldexp(1.0, 1016));
   const __m512i keep = _mm512_set1_epi64(static_cast<long long>(0x80FFFFFFFFFFFFFFull));
@@ -395,22 +409,7 @@ STRATA_AVX512 inline __m512i perm_index(int j) {
 STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight& w, int64_t t,
                                           double* acc) {
   const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
-  if (bk % kPackChunkK != 0 || bk > 256) return false;
-  // lane 8j of each 16 (row 0 of the zmm's two tiles) against all 16
-  const __m512i row0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
-  const __m512 limit = _mm512_set1_ps(0x1p120f);
-  const __m512i mant = _mm512_set1_epi32(0x007FFFFF);
-  for (int64_t kb = 0; kb < nkb; ++kb) {
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    for (int i = 0; i < 64; i += 16) {
-      const __m512 v = scales16(sc, i);
-      const __m512i b = _mm512_castps_si512(v);
-      if (_mm512_cmpeq_epi32_mask(b, _mm512_permutexvar_epi32(row0, b)) != 0xFFFF ||
-          _mm512_cmp_ps_mask(_mm512_abs_ps(v), limit, _CMP_LT_OQ) != 0xFFFF ||
-          _mm512_test_epi32_mask(b, mant) != 0)
-        return false;
-    }
-  }
+  if (bk % kPackChunkK != 0 || bk > 256 || !group_scales_pow2(w, t, 0x1p120f, true)) return false;
   const __m512i i00 = perm_index(0), i01 = perm_index(1), i02 = perm_index(2), i03 = perm_index(3);
   const __m512i i10 = perm_index(4), i11 = perm_index(5), i12 = perm_index(6), i13 = perm_index(7);
   const __mmask64 top2 = 0xC0C0C0C0C0C0C0C0ull;
@@ -473,13 +472,14 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
   constexpr int kNt = 4;
   std::vector<double> acc(static_cast<size_t>(m * kNt * kTile));
   const bool use512 = avx512_active() && w.block_k % 2 == 0;
+  const bool use_perm = use512 && avx512_ext_active();
   std::vector<double> acc512(use512 ? static_cast<size_t>(m * 64) : 0);
   for (int64_t t = t0; t < t1;) {
     if (use512 && t % kPackGroup == 0 && t + kPackGroup <= t1) {
       std::fill(acc512.begin(), acc512.end(), 0.0);
       if (m >= 2) {
         group_pass512_rows(x, m, ldx, w, t, acc512.data());
-      } else if (!(avx512_ext_active() && group_pass512_perm(x, w, t, acc512.data())) &&
+      } else if (!(use_perm && group_pass512_perm(x, w, t, acc512.data())) &&
                  !group_pass512_direct(x, w, t, acc512.data())) {
         group_pass512(x, m, ldx, w, t, acc512.data());
       }
