@@ -52,12 +52,16 @@ SampledToken Sampler::sample(std::span<const float> logits) {
       auto by_prob = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
         return a.first != b.first ? a.first > b.first : a.second < b.second;
       };
-      // Only the head of the sorted order is ever used: sort the m most probable (a
-      // partial sort gives exactly the full sort's first m, as by_prob is a total order)
-      // and widen m (x8) until the filters' cut falls inside it. Cuts over a 129K vocab
-      // typically need a few hundred tokens, not a full sort per token.
+      // Only the head of the sorted order is ever used: sort the m most probable and widen
+      // m (x8) until the filters' cut falls inside it. Each step moves the next most
+      // probable ones to [sorted, m) with a selection (O(n)) and sorts just those; as
+      // by_prob is a total order, [0, m) is then exactly a full sort's first m. A peaked
+      // row's cut needs a few hundred tokens, not a full sort of the vocabulary per token.
+      int64_t sorted = 0;
       for (int64_t m = std::min<int64_t>(n, 256);; m = std::min<int64_t>(n, m * 8)) {
-        std::partial_sort(cand_.begin(), cand_.begin() + m, cand_.end(), by_prob);
+        if (m < n) std::nth_element(cand_.begin() + sorted, cand_.begin() + m, cand_.end(), by_prob);
+        std::sort(cand_.begin() + sorted, cand_.begin() + m, by_prob);
+        sorted = m;
         keep = n;
         bool cut = false;  // the cut is decided inside [0, m)
         if (params_.top_k > 0 && params_.top_k <= m) {
