@@ -1,4 +1,5 @@
 #include "exec/sampler.h"
+#include "exec/sampler_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -95,44 +96,9 @@ TEST(SamplerTest, TopKTopPMinPFilter) {
 }
 
 // The filters on a large vocabulary (where only the head of the order is sorted) pick the
-// same tokens as a full sort of every candidate would: a reference with the documented
-// rules (with a filter active, sort by p descending, ties by id; top-k, then top-p, then min-p; draw u in [0, 1)
-// from mt19937_64 >> 11 times the kept mass), same seed, over peaked, flat and tied
-// distributions, cuts inside and far beyond the first few hundred tokens.
-int32_t reference_sample(const SamplingParams& p, const std::vector<float>& logits,
-                         std::mt19937_64& rng) {
-  const int64_t n = static_cast<int64_t>(logits.size());
-  double mx = logits[0];
-  for (float v : logits) mx = std::max<double>(mx, v);
-  std::vector<std::pair<double, int32_t>> c(n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += (c[i].first = std::exp((logits[i] - mx) / p.temperature));
-  for (int64_t i = 0; i < n; ++i) c[i] = {c[i].first / sum, static_cast<int32_t>(i)};
-  if ((p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f || p.min_p > 0.0f)  // else id order
-    std::sort(c.begin(), c.end(), [](auto& a, auto& b) {
-      return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-  int64_t keep = p.top_k > 0 ? std::min<int64_t>(n, p.top_k) : n;
-  if (p.top_p < 1.0f) {
-    double cum = 0;
-    int64_t k = 0;
-    while (k < keep && cum < p.top_p) cum += c[k++].first;
-    keep = k;
-  }
-  if (p.min_p > 0.0f) {
-    int64_t k = 1;
-    while (k < keep && c[k].first >= p.min_p * c[0].first) ++k;
-    keep = k;
-  }
-  double mass = 0;
-  for (int64_t i = 0; i < keep; ++i) mass += c[i].first;
-  const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * mass;
-  double cum = 0;
-  for (int64_t i = 0; i < keep; ++i)
-    if (u < (cum += c[i].first)) return c[i].second;
-  return c[keep - 1].second;
-}
-
+// same tokens as a full sort of every candidate (exec/sampler_reference.h), same seed, over
+// peaked, flat and tied distributions, cuts inside and far beyond the first few hundred
+// tokens.
 TEST(SamplerTest, FiltersMatchAFullSortOnLargeVocabularies) {
   std::mt19937 gen(7);
   std::normal_distribution<float> normal;
@@ -154,7 +120,7 @@ TEST(SamplerTest, FiltersMatchAFullSortOnLargeVocabularies) {
         Sampler s(p);
         std::mt19937_64 ref_rng(p.seed);
         for (int t = 0; t < 4; ++t, ++draws)
-          ASSERT_EQ(s.sample(logits).id, reference_sample(p, logits, ref_rng))
+          ASSERT_EQ(s.sample(logits).id, sample_by_full_sort(p, logits, ref_rng))
               << "n=" << n << " spread=" << spread << " cfg=" << cfg << " draw=" << t;
       }
     }
