@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/check.h"
+#include "base/cpu_count.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -25,20 +26,27 @@ std::mutex g_default_mu;
 // and wake-up for each of them, while still yielding the core quickly on a loaded machine.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
+// With more threads than CPUs (`yield`), a spinning thread would hold the CPU that the
+// thread it waits for needs: it gives it up on every turn instead of pausing.
 template <typename Pred>
-bool spin_until(Pred pred) {
+bool spin_until(Pred pred, bool yield) {
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   for (int i = 0;; ++i) {
     if (pred()) return true;
-    STRATA_CPU_RELAX();
+    if (yield) {
+      std::this_thread::yield();
+    } else {
+      STRATA_CPU_RELAX();
+    }
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
   }
 }
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = available_cpus();
   num_threads_ = num_threads;
+  oversubscribed_ = num_threads_ > available_cpus();
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -56,7 +64,8 @@ void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Fast path: spin briefly for the next generation, then sleep.
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; },
+                    oversubscribed_)) {
       std::unique_lock<std::mutex> lk(mu_);
       ++work_sleepers_;
       cv_work_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
@@ -108,7 +117,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   t_in_pool = true;
   fn(ranges_[0].first, ranges_[0].second);
   t_in_pool = false;
-  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; },
+                  oversubscribed_)) {
     std::unique_lock<std::mutex> lk(mu_);
     caller_sleeping_ = true;
     cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });

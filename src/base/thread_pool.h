@@ -8,6 +8,9 @@
 // Waiting threads spin for ~200 us before sleeping on a condition variable, so the many
 // small dispatches of a decode step (hundreds per token, with short serial gaps between
 // them) do not each pay a futex sleep/wake; wakeups are only signalled to sleeping threads.
+// A pool with more threads than the CPUs this process may use (base/cpu_count.h) yields the
+// CPU on every spin turn instead, so a waiting thread does not hold the CPU that a thread
+// it waits for needs.
 //
 // Thread safety: parallel_for may be called from one thread at a time per pool (calls from
 // several threads are serialized by an internal mutex). Nested calls from inside fn run
@@ -26,13 +29,16 @@ namespace strata {
 
 class ThreadPool {
  public:
-  // num_threads >= 1 total threads including the caller; 0 means hardware_concurrency().
+  // num_threads >= 1 total threads including the caller; 0 means available_cpus() (the
+  // CPUs this process may use: affinity mask and cgroup CPU quota, base/cpu_count.h).
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // More threads than available_cpus(): waiting threads yield instead of spinning.
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Runs fn(begin, end) over [0, n) split into at most num_threads() contiguous ranges of
   // at least `min_grain` items each.
@@ -53,7 +59,7 @@ class ThreadPool {
                              int64_t max_run = 4, const int64_t* home = nullptr,
                              int64_t* stolen = nullptr);
 
-  // A process-wide default pool (size set by set_default_threads, default: all cores).
+  // A process-wide default pool (size set by set_default_threads, default: available_cpus()).
   static ThreadPool& default_pool();
   static void set_default_threads(int num_threads);
 
@@ -61,6 +67,7 @@ class ThreadPool {
   void worker_loop(int index);
 
   int num_threads_;
+  bool oversubscribed_ = false;
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // serializes parallel_for callers
   std::mutex mu_;

@@ -94,7 +94,7 @@ struct V41LoadOptions {
   bool legacy_state = false;
   bool progress = false;
   // Compute threads for the forward (GEMMs split over output features, attention over
-  // heads; results are identical for every thread count). 0 = all cores, 1 = caller only.
+  // heads; results are identical for every thread count). 0 = the CPUs this process may use, 1 = caller only.
   int threads = 0;
   // Run the scalar reference loops instead of the repacked vector kernels (same results
   // bit for bit; for A/B tests and debugging). No extra weight copy is made.

@@ -64,7 +64,7 @@ class DeepseekV4Model {
  public:
   // state_max_tokens: positions one new_sequence() can hold (0 = min(max_context, 32768)).
   // threads: compute threads of the forward (GEMMs split over output features; results are
-  // identical for every count), 0 = all cores, 1 = the caller only. scalar_reference: keep
+  // identical for every count), 0 = the CPUs this process may use, 1 = the caller only. scalar_reference: keep
   // the checkpoint layout and run the scalar loops instead of the repacked vector kernels
   // (DeepseekV4Weights::pack_for_kernels); same results, for A/B checks.
   static StatusOr<std::unique_ptr<DeepseekV4Model>> load(const std::string& dir,

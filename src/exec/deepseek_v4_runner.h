@@ -22,7 +22,7 @@ namespace strata {
 
 class DeepseekV4Runner : public ModelRunner {
  public:
-  // threads: compute threads of the forward (0 = all cores; results do not depend on it).
+  // threads: compute threads of the forward (0 = the CPUs this process may use; results do not depend on it).
   static StatusOr<std::unique_ptr<DeepseekV4Runner>> create(const std::string& dir,
                                                             std::string name = "",
                                                             int threads = 0);

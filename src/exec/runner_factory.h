@@ -19,7 +19,7 @@ namespace strata {
 class ThreadPool;
 
 struct RunnerOptions {
-  int threads = 0;             // compute threads (0: all cores)
+  int threads = 0;             // compute threads (0: the CPUs this process may use)
   int64_t kv_cache_tokens = 0; // KV capacity in tokens over all sequences (0: 4 × context)
   bool progress = false;       // print loading progress for large files
   std::string name;            // served model name (default: directory basename)

@@ -62,7 +62,7 @@ struct V41RandomOptions {
   int64_t vocab = 0;       // >= 64
   int64_t moe_inter = 0;   // expert hidden size: multiple of 32
   int64_t max_position = 0;  // max_position_embeddings
-  int threads = 0;         // generation threads (0 = all cores); does not change the bytes
+  int threads = 0;         // generation threads (0 = the CPUs this process may use); does not change the bytes
 };
 
 struct V41RandomSummary {

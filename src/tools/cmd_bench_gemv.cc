@@ -348,7 +348,7 @@ void setup_bench_gemv(CLI::App& app) {
   cmd->add_option("--matrices", o->matrices, "Matrices per format (0: from --mib)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
+  cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
       ->capture_default_str()
       ->check(threads_range());
   cmd->add_option("--repeats", o->repeats, "Timed passes over all matrices (after one warm-up)")

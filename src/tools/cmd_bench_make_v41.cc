@@ -34,7 +34,7 @@ void setup_bench_make_v41(CLI::App& app) {
   cmd->add_option("--vocab", o->vocab, "Vocabulary size override (>= 64)");
   cmd->add_option("--moe-inter", o->moe_inter, "Expert hidden size override (multiple of 32)");
   cmd->add_option("--max-position", o->max_position, "max_position_embeddings override");
-  cmd->add_option("--threads", o->threads, "Generation threads (0: all cores; bytes unchanged)")
+  cmd->add_option("--threads", o->threads, "Generation threads (0: the CPUs this process may use; bytes unchanged)")
       ->capture_default_str()
       ->check(threads_range());
   cmd->callback([o, out] {

@@ -205,7 +205,7 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--decode-tokens", o->decode_tokens, "Tokens decoded after the prompt")
         ->capture_default_str();
-    cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
+    cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
         ->capture_default_str()
         ->check(threads_range());
     cmd->add_option("--repeats", o->repeats, "Measured repetitions (after one warm-up)")

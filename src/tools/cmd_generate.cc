@@ -196,7 +196,7 @@ void setup_generate(CLI::App& app) {
   cmd->add_option("--min-p", o->min_p, "Min-p filter relative to the top token (0: off)")
       ->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Compute threads (0: all cores)")
+  cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
       ->capture_default_str()
       ->check(threads_range());
   cmd->add_option("--prompt-ids", o->prompt_ids,

@@ -74,7 +74,7 @@ void setup_validate_golden(CLI::App& app) {
                   "stats.json marking fragile cases (default: next to --cases if present)");
   cmd->add_option("--chunk-size", args->chunk_size, "Prefill chunk size (0 = whole prompt)")
       ->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--threads", args->threads, "Worker threads (0 = all cores)")->check(threads_range());
+  cmd->add_option("--threads", args->threads, "Worker threads (0 = the CPUs this process may use)")->check(threads_range());
   cmd->add_option("--logit-tol", args->logit_tol, "Max |delta logit| per strictly compared row");
   cmd->add_option("--gap-tol", args->gap_tol,
                   "Argmax must agree where the golden top1-top2 gap exceeds this");

@@ -22,7 +22,7 @@ bool register_command(const std::string& name, CommandSetup setup);
 // Adds every registered subcommand to `app`.
 void setup_all_commands(CLI::App& app);
 
-// The accepted range of every --threads option: 0 (all cores) to 1024. (An unbounded count
+// The accepted range of every --threads option: 0 (the CPUs this process may use) to 1024. (An unbounded count
 // made thread creation fail with an uncaught std::system_error.)
 inline CLI::Range threads_range() { return CLI::Range(0, 1024, "0 to 1024"); }
 
