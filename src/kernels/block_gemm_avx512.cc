@@ -113,7 +113,6 @@ STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int bk, co
   const uint8_t* c3 = base + 6 * ts;
   for (int k = 0; k < bk; k += 2) {
     const int64_t off = packed_k_offset(k, bpk);
-    if (k % kPackChunkK == 0) simd::prefetch_stream<kFp4 ? 2 : 4>(base + off);
     __m512 w00, w01, w10, w11, w20, w21, w30, w31;
     simd::decode_pair512<kFp4>(c0 + off, c0 + ts + off, &w00, &w01);
     simd::decode_pair512<kFp4>(c1 + off, c1 + ts + off, &w10, &w11);
@@ -197,11 +196,10 @@ STRATA_AVX512 STRATA_INLINE void scale_add_2g(const Partials& P, const Src& s, i
 constexpr int kAhead = 8;
 
 // Decode with one activation row reads two groups at once on the dot paths (the two-group
-// variants below): one core then streams two address ranges, and the prefetchers keep more
-// lines in flight than for one stream. Those paths prefetch 4 KB ahead per stream instead of
-// simd::kPrefetchBytes. Measured in-process on this preset's decode shapes, 1 / 2 threads,
-// FP8 +11 % / +7 %, FP4 +10 % / +9 % (docs/PERFORMANCE.md, session 9).
-constexpr int64_t kTwoGroupPrefetch = 4096;
+// variants below): one core then streams two address ranges, and the hardware prefetchers
+// keep more lines in flight than for one stream (FP8 +11 % / +7 %, FP4 +10 % / +9 % at 1 / 2
+// threads, docs/PERFORMANCE.md, session 9). The codes get no software prefetch (see
+// simd_decode.h); only the small scale arrays do (prefetch_scales).
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
 // path on every block.
@@ -268,7 +266,7 @@ const Fp8DotTables& fp8_dot_tables() {
 // activation row xp0 against the groups at base (partials p*) and base2 (partials q*), their
 // chunks read in turn, so the core streams two address ranges at once (more lines in flight
 // than one stream gets from the prefetchers).
-template <int kRows, bool kTwoGroups = false, int64_t kPf = simd::kPrefetchBytes>
+template <int kRows, bool kTwoGroups = false>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, const uint8_t* base2,
                                                        int bk, const uint32_t* xp0,
                                                        const uint32_t* xp1,
@@ -290,7 +288,6 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, cons
       xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
     }
     const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
-    simd::prefetch_stream<4, kPf>(a);
 #define STRATA_FP8_DECODE(src, t2, w01, w23)                                                  \
   const __m512i j = _mm512_loadu_si512((src) + (t2) * 64);                                   \
   const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);                                 \
@@ -312,7 +309,6 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, cons
   }
     if constexpr (kTwoGroups) {
       const uint8_t* a2 = base2 + packed_k_offset(c, kTile);
-      simd::prefetch_stream<4, kPf>(a2);
       STRATA_FP8_DOT(p0, q0, 0)
       STRATA_FP8_DOT2(q0, 0)
       STRATA_FP8_DOT(p1, q1, 1)
@@ -380,7 +376,7 @@ STRATA_AVX512_EXT void group512_fp8_dot_2g(const QuantActs& a, const Src& s, int
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
     prefetch_scales(s, t0, kb + kAhead);
     prefetch_scales(s, t1, kb + kAhead);
-    const Partials P = dot_block_fp8<1, true, kTwoGroupPrefetch>(
+    const Partials P = dot_block_fp8<1, true>(
         s.pcodes(t0, kb), s.pcodes(t1, kb), bk, xp0 + kb * bk / 2, nullptr, T);
     scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
     if (++ai == act_per) {
@@ -449,7 +445,7 @@ STRATA_AVX512_EXT STRATA_INLINE void dot_weights(const uint8_t* p, __m512i gathe
 // activation rows xp0 / xp1 (ExtActs::quad: 2 dwords per 4 K indices). kTwoGroups
 // (kRows == 1): activation row xp0 against the groups at base (partials p*) and base2
 // (partials q*), their chunks read in turn (as dot_block_fp8).
-template <int kRows, bool kTwoGroups = false, int64_t kPf = simd::kPrefetchBytes>
+template <int kRows, bool kTwoGroups = false>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint8_t* base2,
                                                    const uint32_t* xp0, const uint32_t* xp1,
                                                    const DotTables& T) {
@@ -462,12 +458,7 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
   __m512 f0 = z, g0 = z, f1 = z, g1 = z;  // second row or group: even / odd, tiles 0-3 / 4-7
   for (int c = 0; c < 8; ++c) {
     const uint8_t* ch = base + c * 128;  // packed_k_offset(4c, kTile / 2)
-    simd::prefetch_stream<2, kPf>(ch);
-    const uint8_t* ch2 = ch;
-    if constexpr (kTwoGroups) {
-      ch2 = base2 + c * 128;
-      simd::prefetch_stream<2, kPf>(ch2);
-    }
+    const uint8_t* ch2 = kTwoGroups ? base2 + c * 128 : ch;
     const __m512bh xa = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[2 * c]));
     const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[2 * c + 1]));
     __m512bh ya = xa, yb = xb;
@@ -569,7 +560,7 @@ STRATA_AVX512_EXT void group512_fp4_dot_2g(const QuantActs& a, const Src& s, int
     prefetch_scales(s, t0, kb + kAhead);
     prefetch_scales(s, t1, kb + kAhead);
     if (ex0[kb] != 0) {
-      const Partials P = dot_block<1, true, kTwoGroupPrefetch>(s.pcodes(t0, kb), s.pcodes(t1, kb),
+      const Partials P = dot_block<1, true>(s.pcodes(t0, kb), s.pcodes(t1, kb),
                                                                xq0 + kb * 16, nullptr, T);
       scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
     } else {  // the chain path, one group after the other

@@ -155,8 +155,8 @@ STRATA_AVX512 inline __attribute__((always_inline)) void store_acc(double* p, co
   _mm512_storeu_pd(p + 56, A.a7);
 }
 
-// Prefetch of group t's row scales of K block kb + 8 (the codes are prefetched by the chunk
-// loops, simd::prefetch_stream; a prefetch past the end never faults).
+// Prefetch of group t's row scales of K block kb + 8 (the codes are left to the hardware
+// prefetchers, see simd_decode.h; a prefetch past the end never faults).
 STRATA_AVX512 inline __attribute__((always_inline)) void prefetch_ahead(const PackedFp8Weight& w,
                                                                         int64_t t, int64_t kb) {
   const detail::ScaleRef r = detail::packed_scale_ref(w, t, kb + 8, w.k / w.block_k);
@@ -233,7 +233,6 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
       Acc64 A = load_acc(ar);
       const float* xr = x + r * ldx + kb * bk;
       for (int64_t j = 0; j < bk; j += 2) {
-        if (r == 0 && j % kPackChunkK == 0) simd::prefetch_stream<4>(base + packed_k_offset(j, kTile));
         const Scaled2 d = decode_scaled2(base, packed_k_offset(j, kTile), kTs, s0, s1, s2, s3);
         fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j])), d.u0, d.u1, d.u2, d.u3);
         fma_tiles(A, _mm512_set1_pd(static_cast<double>(xr[j + 1])), d.v0, d.v1, d.v2, d.v3);
@@ -270,7 +269,6 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
     const uint8_t* base = gb.base;
     const __m512 s0 = gb.s0, s1 = gb.s1, s2 = gb.s2, s3 = gb.s3;
     for (int64_t j = 0; j < bk; j += 2) {
-      if (j % kPackChunkK == 0) simd::prefetch_stream<4>(base + packed_k_offset(j, kTile));
       const Scaled2 d = decode_scaled2(base, packed_k_offset(j, kTile), kTs, s0, s1, s2, s3);
       put(u + j * 64, d.u0, d.u1, d.u2, d.u3);
       put(u + (j + 1) * 64, d.v0, d.v1, d.v2, d.v3);
@@ -351,7 +349,6 @@ STRATA_AVX512 bool group_pass512_direct(const float* x, const PackedFp8Weight& w
     const float* xr = x + kb * bk;
     for (int64_t c = 0; c < bk; c += kPackChunkK) {
       const uint8_t* q = gb.base + packed_k_offset(c, kTile);
-      simd::prefetch_stream<4>(q);
       for (int k = 0; k < kPackChunkK; ++k) {
         const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[c + k]));
         const uint8_t* qk = q + k * kTile;
@@ -430,7 +427,6 @@ STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight&
     const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
     for (int64_t c = 0; c < bk; c += kPackChunkK) {
       const uint8_t* q = base + packed_k_offset(c, kTile);
-      simd::prefetch_stream<4>(q);
       const double* xc = xs + c * 8;
       const __m512i c0 = _mm512_loadu_si512(q), c1 = _mm512_loadu_si512(q + 64);
       const __m512i c2 = _mm512_loadu_si512(q + 128), c3 = _mm512_loadu_si512(q + 192);

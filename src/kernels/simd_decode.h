@@ -71,19 +71,12 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
   *hi = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, hb));
 }
 
-// Software prefetch of the decode kernels over the packed layouts (block_gemm.h), which they
-// read in address order: every chunk iteration prefetches the kLines cache lines it will read
-// kPrefetchBytes later, so the prefetches are spread over the loop. (Issued as one burst of
-// up to 128 prefetches at the start of each K block instead, FP8 decode streamed 15 GB/s from
-// DRAM on one core of the dev VM instead of 20-21, and 17 with no software prefetch; 2-8 KB
-// ahead were within noise of each other, 16-32 KB slower: docs/PERFORMANCE.md, session 6.)
-// Prefetches past the end of an array never fault.
-inline constexpr int64_t kPrefetchBytes = 8192;
-template <int kLines, int64_t kAheadBytes = kPrefetchBytes>
-STRATA_TARGET_AVX512 inline __attribute__((always_inline)) void prefetch_stream(const uint8_t* p) {
-  const char* c = reinterpret_cast<const char*>(p) + kAheadBytes;
-  for (int i = 0; i < kLines; ++i) _mm_prefetch(c + 64 * i, _MM_HINT_T0);
-}
+// No software prefetch of the packed codes: the decode kernels read them in address order and
+// the hardware prefetchers keep up. (Sessions 3-10 prefetched every chunk's lines 8 KB ahead,
+// 4 KB on the two-group paths; in session 11, with the VDPBF16PS / VPERMT2B kernels, dropping
+// it sped FP8 decode up by 15-18 % at 1 thread and 4-14 % at 2, FP4 and the f64 einsum by
+// 0-6 %, and a decode token of the bench model by 4 % / 1.4-2.9 %: docs/PERFORMANCE.md,
+// session 11.) The small scale arrays are still prefetched where they are read.
 
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
 #pragma GCC diagnostic push
