@@ -262,16 +262,13 @@ const Fp8DotTables& fp8_dot_tables() {
 }
 
 // Exact partials (true values) of one K block (bk % 4 == 0). kRows == 2: activation rows
-// xp0 / xp1 (bf16 pairs, ExtActs::pairs) against the group at base. kTwoGroups (kRows == 1):
-// activation row xp0 against the groups at base (partials p*) and base2 (partials q*), their
-// chunks read in turn, so the core streams two address ranges at once (more lines in flight
-// than one stream gets from the prefetchers).
-template <int kRows, bool kTwoGroups = false>
-STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, const uint8_t* base2,
-                                                       int bk, const uint32_t* xp0,
-                                                       const uint32_t* xp1,
+// xp0 / xp1 (bf16 pairs, ExtActs::pairs) against the group at base. (FP8 decode reads one
+// group at a time: without software prefetch, reading two groups in turn as FP4 does was
+// 1-4 % slower, docs/PERFORMANCE.md session 11.)
+template <int kRows>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
+                                                       const uint32_t* xp0, const uint32_t* xp1,
                                                        const Fp8DotTables& T) {
-  static_assert(!kTwoGroups || kRows == 1);
   const __m512i lo0 = _mm512_load_si512(T.lo), lo1 = _mm512_load_si512(T.lo + 64);
   const __m512i tp0 = _mm512_load_si512(T.top), tp1 = _mm512_load_si512(T.top + 64);
   const __m512i i01 = _mm512_load_si512(T.idx[0]), i23 = _mm512_load_si512(T.idx[1]);
@@ -302,28 +299,10 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, cons
     if constexpr (kRows == 2)                                                  \
       accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);   \
   }
-#define STRATA_FP8_DOT2(accb, t2)                                              \
-  {                                                                            \
-    STRATA_FP8_DECODE(a2, t2, w01, w23)                                        \
-    accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xa01), w23, xa23);     \
-  }
-    if constexpr (kTwoGroups) {
-      const uint8_t* a2 = base2 + packed_k_offset(c, kTile);
-      STRATA_FP8_DOT(p0, q0, 0)
-      STRATA_FP8_DOT2(q0, 0)
-      STRATA_FP8_DOT(p1, q1, 1)
-      STRATA_FP8_DOT2(q1, 1)
-      STRATA_FP8_DOT(p2, q2, 2)
-      STRATA_FP8_DOT2(q2, 2)
-      STRATA_FP8_DOT(p3, q3, 3)
-      STRATA_FP8_DOT2(q3, 3)
-    } else {
-      STRATA_FP8_DOT(p0, q0, 0)
-      STRATA_FP8_DOT(p1, q1, 1)
-      STRATA_FP8_DOT(p2, q2, 2)
-      STRATA_FP8_DOT(p3, q3, 3)
-    }
-#undef STRATA_FP8_DOT2
+    STRATA_FP8_DOT(p0, q0, 0)
+    STRATA_FP8_DOT(p1, q1, 1)
+    STRATA_FP8_DOT(p2, q2, 2)
+    STRATA_FP8_DOT(p3, q3, 3)
 #undef STRATA_FP8_DOT
 #undef STRATA_FP8_DECODE
   }
@@ -346,8 +325,8 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
     prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
-    const Partials P = dot_block_fp8<kRows>(s.pcodes(t0, kb), nullptr, bk, xp0 + kb * bk / 2,
-                                            xp1 + kb * bk / 2, T);
+    const Partials P =
+        dot_block_fp8<kRows>(s.pcodes(t0, kb), bk, xp0 + kb * bk / 2, xp1 + kb * bk / 2, T);
     scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
                      a2, a3, b0, b1, b2, b3);
     if (++ai == act_per) {
@@ -356,35 +335,6 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
     }
   }
   store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
-}
-
-// Groups t0 and t0 + kPackGroup (rows [g0, g0 + 128)) against activation row m0, the two
-// groups' K blocks read in turn (dot_block_fp8's kTwoGroups); each group's accumulation is
-// the one-group path's, bit for bit. out: [2][64] (group t0, then t0 + kPackGroup).
-STRATA_AVX512_EXT void group512_fp8_dot_2g(const QuantActs& a, const Src& s, int64_t t0,
-                                           int64_t m0, const ExtActs& d, float* out) {
-  const int bk = s.bk;
-  const int64_t K = s.k, nkb = K / bk;
-  const int64_t act_per = a.block / bk, ldsx = K / a.block;
-  const int64_t t1 = t0 + kPackGroup;
-  const Fp8DotTables& T = fp8_dot_tables();
-  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-  __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;  // group t0
-  __m512 c0 = zero, c1 = zero, c2 = zero, c3 = zero;  // group t1
-  const uint32_t* xp0 = d.pairs.data() + m0 * (K / 2);
-  const float* sx0 = a.scales + m0 * ldsx;
-  for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
-    prefetch_scales(s, t0, kb + kAhead);
-    prefetch_scales(s, t1, kb + kAhead);
-    const Partials P = dot_block_fp8<1, true>(
-        s.pcodes(t0, kb), s.pcodes(t1, kb), bk, xp0 + kb * bk / 2, nullptr, T);
-    scale_add_2g(P, s, t0, t1, kb, one, sx0[ab], a0, a1, a2, a3, c0, c1, c2, c3);
-    if (++ai == act_per) {
-      ai = 0;
-      ++ab;
-    }
-  }
-  store_out<2>(out, a0, a1, a2, a3, c0, c1, c2, c3);
 }
 
 // ---- FP4 dot path ----
@@ -539,8 +489,10 @@ STRATA_AVX512_EXT void group512_fp4_dot(const QuantActs& a, const Src& s, int64_
   store_out<kRows>(out, a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
-// FP4 groups t0 and t0 + kPackGroup against activation row m0 (as group512_fp8_dot_2g): exact
-// blocks read both groups' chunks in turn; other blocks take the chain path group by group.
+// FP4 groups t0 and t0 + kPackGroup (rows [g0, g0 + 128)) against activation row m0: exact
+// blocks read both groups' chunks in turn (dot_block's kTwoGroups); other blocks take the
+// chain path group by group. Each group's accumulation is the one-group path's, bit for bit.
+// out: [2][64] (group t0, then t0 + kPackGroup).
 STRATA_AVX512_EXT void group512_fp4_dot_2g(const QuantActs& a, const Src& s, int64_t t0,
                                            int64_t m0, const ExtActs& d, float* out) {
   constexpr int bk = 32;
@@ -729,12 +681,10 @@ int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, f
   const bool dot = fp4 && ext != nullptr && ext->fp4_dot;
   const bool dot8 = !fp4 && ext != nullptr && ext->fp8_dot;
   int64_t g0 = n_begin;
-  // Decode (one activation row): FP8 groups in pairs, two streams per core.
-  // Decode (one activation row) on the dot paths: groups in pairs, two streams per core.
-  if (a.m == 1 && (dot || dot8))
+  // FP4 decode (one activation row) on the dot path: groups in pairs, two streams per core.
+  if (a.m == 1 && dot)
     for (; g0 + 2 * kRowsPerGroup <= n_end; g0 += 2 * kRowsPerGroup) {
-      if (dot) group512_fp4_dot_2g(a, s, g0 / kTile, 0, *ext, buf);
-      else group512_fp8_dot_2g(a, s, g0 / kTile, 0, *ext, buf);
+      group512_fp4_dot_2g(a, s, g0 / kTile, 0, *ext, buf);
       for (int64_t i = 0; i < 2 * kRowsPerGroup; ++i) y[g0 + i] = round_out(buf[i], out);
     }
   for (; g0 + kRowsPerGroup <= n_end; g0 += kRowsPerGroup) {
