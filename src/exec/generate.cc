@@ -59,6 +59,7 @@ StatusOr<GenerateResult> generate_ids(ModelRunner& runner, const Tokenizer* toke
   auto t1 = Clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t n = 0; n < o.max_tokens; ++n) {
+    STRATA_RETURN_IF_ERROR(check_logits(logits));
     const int32_t next = sampler.sample(logits).id;
     if (next == bos || next == eos) {
       res.stopped_by_token = true;

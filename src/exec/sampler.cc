@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
 
 namespace strata {
 
@@ -125,6 +128,21 @@ SampledToken Sampler::sample(std::span<const float> logits) {
     }
   }
   return out;
+}
+
+Status check_logits(std::span<const float> logits) {
+  bool faulty = false;
+  for (float v : logits) faulty |= !(v < std::numeric_limits<float>::infinity());
+  if (!faulty) return ok_status();
+  int64_t nan = 0, inf = 0;
+  for (float v : logits) {
+    nan += std::isnan(v) ? 1 : 0;
+    inf += v == std::numeric_limits<float>::infinity() ? 1 : 0;
+  }
+  return Status(StatusCode::kInternal,
+                fmt::format("the model produced NaN or +inf logits ({} NaN, {} +inf of {}): a "
+                            "numerical fault or corrupt weights",
+                            nan, inf, logits.size()));
 }
 
 }  // namespace strata

@@ -59,4 +59,10 @@ class Sampler {
 // argmax with ties to the lowest index.
 int32_t argmax(std::span<const float> logits);
 
+// Ok when every logit is a number below +inf (-inf is a legitimate mask); otherwise
+// Internal naming the fault: a NaN or +inf logit comes from a numerical fault or corrupt
+// weights, and a token drawn from it would be garbage. Callers end the request with it.
+// O(V), thread-safe.
+Status check_logits(std::span<const float> logits);
+
 }  // namespace strata

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -126,6 +127,20 @@ TEST(SamplerTest, FiltersMatchAFullSortOnLargeVocabularies) {
     }
   }
   EXPECT_EQ(draws, 4 * 4 * 6 * 4);
+}
+
+// NaN or +inf logits are a fault (counted in the message); -inf masks and finite values
+// are fine.
+TEST(SamplerTest, CheckLogitsFlagsNanAndPlusInf) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(check_logits(std::vector<float>{1.0f, -inf, -3.5f, 3e38f}).ok());
+  EXPECT_TRUE(check_logits(std::vector<float>{}).ok());
+  const Status nan = check_logits(std::vector<float>{1.0f, std::nanf(""), std::nanf(""), -inf});
+  EXPECT_EQ(nan.code(), StatusCode::kInternal);
+  EXPECT_NE(nan.message().find("(2 NaN, 0 +inf of 4)"), std::string::npos) << nan.message();
+  const Status pinf = check_logits(std::vector<float>{inf, 0.0f});
+  EXPECT_EQ(pinf.code(), StatusCode::kInternal);
+  EXPECT_NE(pinf.message().find("(0 NaN, 1 +inf of 2)"), std::string::npos) << pinf.message();
 }
 
 TEST(SamplerTest, Logprobs) {

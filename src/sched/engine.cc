@@ -406,6 +406,12 @@ bool Engine::iterate() {
       a.prefill_counted = true;
       counters_.prompt_tokens_total += a.prompt_tokens;
     }
+    // A NaN or +inf logit is a numerical fault, not a distribution: the request ends with
+    // an error instead of a token drawn from garbage.
+    if (Status st = check_logits(lrow); !st.ok()) {
+      finish(a, FinishReason::kError, st.with_context("request ended"));
+      continue;
+    }
     SampleResult tok = a.sampler->sample(lrow);
     handle_token(a, tok.token, a.params.logprobs >= 0 ? &tok.logprob : nullptr);
   }

@@ -223,6 +223,24 @@ TEST(EngineTest, RunnerFailureEndsRequestsWithErrorAndEngineRecovers) {
   EXPECT_EQ(out2[0].tokens, reference_greedy(prompt_of(10, 1), 5, 64));
 }
 
+// NaN logits (a numerical fault) end that request with an error, not a token; the request
+// batched with it is unaffected and every state slot is released.
+TEST(EngineTest, NanLogitsEndTheRequestWithAnError) {
+  FakeRunner runner({.vocab = 64, .max_context = 128});
+  Engine engine(&runner, nullptr, {});
+  auto s1 = *engine.submit(prompt_of(10, 1), greedy(5));
+  auto s2 = *engine.submit(prompt_of(10, 2), greedy(5));
+  runner.nan_logits_seq = s2->id();
+  auto out = run_all(engine, {s1, s2});
+  EXPECT_EQ(out[0].final_event.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out[0].tokens, reference_greedy(prompt_of(10, 1), 5, 64));
+  EXPECT_EQ(out[1].final_event.finish_reason, FinishReason::kError);
+  EXPECT_EQ(out[1].final_event.error.code(), StatusCode::kInternal);
+  EXPECT_NE(out[1].final_event.error.message().find("NaN or +inf logits"), std::string::npos);
+  EXPECT_TRUE(out[1].tokens.empty());
+  EXPECT_EQ(runner.live_sequences(), 0);
+}
+
 TEST(EngineTest, ShutdownEndsPendingRequestsWithError) {
   FakeRunner runner({.vocab = 64, .max_context = 128});
   auto engine = std::make_unique<Engine>(&runner, nullptr, EngineOptions{});

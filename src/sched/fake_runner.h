@@ -6,12 +6,13 @@
 // `pool_tokens` token slots over all sequences (ResourceExhausted when exceeded, nothing
 // advanced), `max_context` positions per sequence. Optional prefix cache with block size
 // `prefix_block` (0 = none): every block-aligned prefix that was ever computed can be
-// attached later. Knobs for fault injection: fail_next_step.
+// attached later. Knobs for fault injection: fail_next_step, nan_logits_seq.
 //
 // Header-only; for tests. Not thread-safe (like every runner).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -111,6 +112,7 @@ class FakeRunner : public ModelRunner {
       }
       if (it.want_logits) {
         auto row = fake_logits(h, o_.vocab);
+        if (it.seq.value == nan_logits_seq) row[row.size() / 2] = std::nanf("");
         logits->insert(logits->end(), row.begin(), row.end());
       }
     }
@@ -141,6 +143,7 @@ class FakeRunner : public ModelRunner {
   int64_t steps() const { return steps_; }
   int64_t max_batch_items() const { return max_batch_items_; }
   bool fail_next_step = false;
+  int64_t nan_logits_seq = -1;  // this sequence's logits rows get a NaN
 
  private:
   FakeRunnerOptions o_;
