@@ -153,7 +153,8 @@ STRATA_AVX512 STRATA_INLINE void scale_add(const Partials& P, const ScaleRef& sc
   }
 }
 
-// The group's row scales of K block kb (the codes are prefetched by the chunk loops).
+// The group's row scales of K block kb (the codes are left to the hardware prefetchers,
+// simd_decode.h).
 STRATA_AVX512 STRATA_INLINE void prefetch_scales(const Src& s, int64_t t0, int64_t kb) {
   const ScaleRef r = s.pscales(t0, kb);
   const char* sc = static_cast<const char*>(r.addr());
