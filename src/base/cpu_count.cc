@@ -69,7 +69,9 @@ int affinity_cpus() {
 
 int cpus_from_quota(int64_t quota_us, int64_t period_us) {
   if (quota_us <= 0 || period_us <= 0) return 0;
-  return static_cast<int>(std::min<int64_t>((quota_us + period_us - 1) / period_us, 1 << 20));
+  // Rounded up without forming quota + period (any value the file holds is parsed).
+  const int64_t cpus = quota_us / period_us + (quota_us % period_us != 0 ? 1 : 0);
+  return static_cast<int>(std::min<int64_t>(cpus, 1 << 20));
 }
 
 int cpus_from_cgroup2_cpu_max(std::string_view line) {

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
+#include <string>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -20,6 +24,8 @@ TEST(CpuCount, QuotaRoundsUpAndUnlimitedIsZero) {
   EXPECT_EQ(cpus_from_quota(50000, 100000), 1);
   EXPECT_EQ(cpus_from_quota(-1, 100000), 0);  // v1's "no limit"
   EXPECT_EQ(cpus_from_quota(100000, 0), 0);
+  EXPECT_EQ(cpus_from_quota(INT64_MAX, 2), 1 << 20);  // capped, no overflow
+  EXPECT_EQ(cpus_from_cgroup2_cpu_max("9223372036854775807 100000"), 1 << 20);
   EXPECT_EQ(cpus_from_cgroup2_cpu_max("200000 100000\n"), 2);
   EXPECT_EQ(cpus_from_cgroup2_cpu_max("350000 100000"), 4);
   EXPECT_EQ(cpus_from_cgroup2_cpu_max("max 100000\n"), 0);
@@ -36,7 +42,8 @@ void write(const fs::path& p, const std::string& text) {
 // A fake cgroup filesystem: v2 (the process's own cgroup and a parent with a smaller limit;
 // a container that sees its limit at the mount point), v1 "cpu,cpuacct", and none.
 TEST(CpuCount, CgroupQuotaV2AndV1) {
-  const fs::path root = fs::temp_directory_path() / "strata_cgroup_test";
+  const fs::path root =
+      fs::temp_directory_path() / ("strata_cgroup_test_" + std::to_string(::getpid()));
   fs::remove_all(root);
   write(root / "v2/kubepods/pod1/ctr/cpu.max", "max 100000\n");
   write(root / "v2/kubepods/pod1/cpu.max", "300000 100000\n");

@@ -60,11 +60,15 @@ SampledToken Sampler::sample(std::span<const float> logits) {
       // probable ones to [sorted, m) with a selection (O(n)) and sorts just those; as
       // by_prob is a total order, [0, m) is then exactly a full sort's first m. A peaked
       // row's cut needs a few hundred tokens, not a full sort of the vocabulary per token.
-      int64_t sorted = 0;
+      // A row already in order (every logit tied: candidates start in id order) needs no
+      // selection, which would only scramble it before the sort.
+      int64_t sorted = std::is_sorted(cand_.begin(), cand_.end(), by_prob) ? n : 0;
       for (int64_t m = std::min<int64_t>(n, 256);; m = std::min<int64_t>(n, m * 8)) {
-        if (m < n) std::nth_element(cand_.begin() + sorted, cand_.begin() + m, cand_.end(), by_prob);
-        std::sort(cand_.begin() + sorted, cand_.begin() + m, by_prob);
-        sorted = m;
+        if (sorted < m) {
+          if (m < n) std::nth_element(cand_.begin() + sorted, cand_.begin() + m, cand_.end(), by_prob);
+          std::sort(cand_.begin() + sorted, cand_.begin() + m, by_prob);
+          sorted = m;
+        }
         keep = n;
         bool cut = false;  // the cut is decided inside [0, m)
         if (params_.top_k > 0 && params_.top_k <= m) {

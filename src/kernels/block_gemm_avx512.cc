@@ -196,11 +196,12 @@ STRATA_AVX512 STRATA_INLINE void scale_add_2g(const Partials& P, const Src& s, i
 // of a row range); past the array's end it is a no-op (prefetches never fault).
 constexpr int kAhead = 8;
 
-// Decode with one activation row reads two groups at once on the dot paths (the two-group
-// variants below): one core then streams two address ranges, and the hardware prefetchers
-// keep more lines in flight than for one stream (FP8 +11 % / +7 %, FP4 +10 % / +9 % at 1 / 2
-// threads, docs/PERFORMANCE.md, session 9). The codes get no software prefetch (see
-// simd_decode.h); only the small scale arrays do (prefetch_scales).
+// FP4 decode with one activation row reads two groups at once on the dot path
+// (group512_fp4_dot_2g): one core then streams two address ranges, and the hardware
+// prefetchers keep more lines in flight than for one stream (+11-13 % without software
+// prefetch; FP8 reads one group, where two were 1-4 % slower: docs/PERFORMANCE.md, sessions 9
+// and 11). The codes get no software prefetch (see simd_decode.h); only the small scale
+// arrays do (prefetch_scales).
 
 // Rows [g0, g0 + 64) (tiles t0..t0+7, t0 % 8 == 0), activation rows m0..m0+kRows-1; chain
 // path on every block.
@@ -395,7 +396,7 @@ STRATA_AVX512_EXT STRATA_INLINE void dot_weights(const uint8_t* p, __m512i gathe
 // Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS, for
 // activation rows xp0 / xp1 (ExtActs::quad: 2 dwords per 4 K indices). kTwoGroups
 // (kRows == 1): activation row xp0 against the groups at base (partials p*) and base2
-// (partials q*), their chunks read in turn (as dot_block_fp8).
+// (partials q*), their chunks read in turn.
 template <int kRows, bool kTwoGroups = false>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const uint8_t* base2,
                                                    const uint32_t* xp0, const uint32_t* xp1,

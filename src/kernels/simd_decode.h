@@ -71,8 +71,9 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
   *hi = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, hb));
 }
 
-// No software prefetch of the packed codes: the decode kernels read them in address order and
-// the hardware prefetchers keep up. (Sessions 3-10 prefetched every chunk's lines 8 KB ahead,
+// No software prefetch of the packed codes in the AVX-512 decode kernels: they read them in
+// address order and the hardware prefetchers keep up (the AVX2 block GEMM, compute-bound on
+// the dev VM with or without it, keeps its own, block_gemm.cc). (Sessions 3-10 prefetched every chunk's lines 8 KB ahead,
 // 4 KB on the two-group paths; in session 11, with the VDPBF16PS / VPERMT2B kernels, dropping
 // it sped FP8 decode up by 15-18 % at 1 thread and 4-14 % at 2, FP4 and the f64 einsum by
 // 0-6 %, and a decode token of the bench model by 4 % / 1.4-2.9 %: docs/PERFORMANCE.md,

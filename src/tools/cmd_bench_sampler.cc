@@ -29,6 +29,10 @@ int run_bench_sampler(BenchSamplerArgs a) {
     fmt::print(stderr, "strata bench sampler: {}\n", st.to_string());
     return 2;
   }
+  if (!(a.spread >= 0.0f && a.spread <= 1e4f)) {  // NaN passes CLI11's range check
+    fmt::print(stderr, "strata bench sampler: --spread must be in [0, 10000], got {}\n", a.spread);
+    return 2;
+  }
   if (a.params.temperature == 0.0f || a.params.top_k == 1) {
     fmt::print(stderr, "strata bench sampler: greedy (temperature 0 or top-k 1) has no filters to time\n");
     return 2;
