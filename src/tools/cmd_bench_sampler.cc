@@ -3,7 +3,7 @@
 // logits drawn from N(0, S^2), against the full-sort reference (exec/sampler_reference.h)
 // timed in the same run on the same logits and seed. Checks that both pick the same tokens
 // (exit 1 otherwise). S sets how peaked the row is: the larger, the fewer tokens a top-p cut
-// keeps. Attaches to the `bench` parent (cmd_bench.cc) when it exists.
+// keeps. Attaches to the `bench` parent (cmd_bench.cc).
 #include <chrono>
 #include <random>
 
@@ -66,13 +66,7 @@ int run_bench_sampler(BenchSamplerArgs a) {
 }
 
 void setup_bench_sampler(CLI::App& app) {
-  CLI::App* parent = nullptr;
-  try {
-    parent = app.get_subcommand("bench");
-  } catch (const std::exception&) {
-    parent = nullptr;
-  }
-  if (!parent) parent = app.add_subcommand("bench", "Benchmarks");
+  CLI::App* parent = app.get_subcommand("bench");  // registered first (commands build in name order)
   auto args = std::make_shared<BenchSamplerArgs>();
   args->params.top_p = 0.9f;
   auto* cmd = parent->add_subcommand("sampler", "Sampling cost per token against a full sort");

@@ -3,7 +3,7 @@
 // N running decode requests of context L, metadata only (no row bytes are written: the rows are
 // the forward pass's cost). Prints microseconds per step and per running request, and the
 // prefix-match cost of admitting a request with an L-token cached prompt. Attaches to the
-// `bench` parent (cmd_bench.cc) when it exists.
+// `bench` parent (cmd_bench.cc).
 #include <chrono>
 #include <filesystem>
 
@@ -97,13 +97,7 @@ int run_bench_state(const BenchStateArgs& a) {
 }
 
 void setup_bench_state(CLI::App& app) {
-  CLI::App* parent = nullptr;
-  try {
-    parent = app.get_subcommand("bench");
-  } catch (const std::exception&) {
-    parent = nullptr;
-  }
-  if (!parent) parent = app.add_subcommand("bench", "Benchmarks");
+  CLI::App* parent = app.get_subcommand("bench");  // registered first (commands build in name order)
   auto args = std::make_shared<BenchStateArgs>();
   auto* cmd = parent->add_subcommand("state", "Cache-manager step cost (metadata only)");
   cmd->add_option("--config", args->config, "DeepSeek config (file or model dir)");
