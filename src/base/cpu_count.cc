@@ -30,6 +30,12 @@ bool parse_int(std::string_view s, int64_t* v) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+// The tighter of two quotas in CPUs, 0 meaning none.
+int tighter_quota(int a, int b) {
+  if (a <= 0) return std::max(b, 0);
+  return b > 0 ? std::min(a, b) : a;
+}
+
 // The quota (CPUs) in one cgroup directory, v2 file first, then v1; 0 if none.
 int quota_in(const std::string& dir) {
   if (const std::string max = read_file(dir + "/cpu.max"); !max.empty())
@@ -43,10 +49,8 @@ int quota_in(const std::string& dir) {
 
 // The smallest non-zero quota from `mount + path` up to `mount`.
 int smallest_quota(const std::string& mount, std::string path) {
-  int best = 0;
-  auto take = [&best](int q) {
-    if (q > 0) best = best == 0 ? q : std::min(best, q);
-  };
+  int best = 0;  // 0: no limit yet
+  auto take = [&best](int q) { best = tighter_quota(best, q); };
   for (;;) {
     take(quota_in(mount + path));
     if (path.empty() || path == "/") break;
@@ -86,10 +90,8 @@ int cpus_from_cgroup2_cpu_max(std::string_view line) {
 }
 
 int cgroup_cpu_quota(std::string_view proc_self_cgroup, const std::string& cgroup_root) {
-  int best = 0;
-  auto take = [&best](int q) {
-    if (q > 0) best = best == 0 ? q : std::min(best, q);
-  };
+  int best = 0;  // 0: no limit yet
+  auto take = [&best](int q) { best = tighter_quota(best, q); };
   // Lines "id:controllers:path": v2 is "0::path"; v1's CPU controller is listed as "cpu"
   // (alone or with others, e.g. "cpu,cpuacct") and mounted under that name.
   size_t pos = 0;
@@ -127,7 +129,7 @@ int available_cpus() {
     int cpus = affinity_cpus();
     if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
     const int quota = cgroup_cpu_quota(read_file("/proc/self/cgroup"), "/sys/fs/cgroup");
-    if (quota > 0) cpus = cpus > 0 ? std::min(cpus, quota) : quota;
+    cpus = tighter_quota(cpus, quota);
     return std::max(1, cpus);
   }();
   return n;
