@@ -403,39 +403,28 @@ STRATA_AVX512 inline __m512i perm_index(int j) {
 // block, or a scale is not a power of two (or zero) below 2^120: above that v·s overflows
 // f32 (and bf16, where the reference dequantizes wo_a) for the largest codes, which the
 // f32-stage pass reproduces and this one would not.
-STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight& w, int64_t t,
-                                          double* acc) {
-  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
-  if (bk % kPackChunkK != 0 || bk > 256 || !group_scales_pow2(w, t, 0x1p120f, true)) return false;
-  const __m512i i00 = perm_index(0), i01 = perm_index(1), i02 = perm_index(2), i03 = perm_index(3);
-  const __m512i i10 = perm_index(4), i11 = perm_index(5), i12 = perm_index(6), i13 = perm_index(7);
+// The chunk loop of group_pass512_perm over one K block at `base`. xs holds the activations
+// times a scale and 2^512 as [set][k in block]: kSets = 8 gives each tile its own set; with
+// kSets = 2 tiles 0-3 share set 0 and tiles 4-7 set 1 (row blocks of 32, as V4.1's 32x32
+// FP8 blocks); with kSets = 1 all 8 tiles share one (row blocks of 64 rows or more).
+template <int kSets>
+STRATA_AVX512_EXT inline __attribute__((always_inline)) void perm_block(
+    const uint8_t* base, int64_t bk, const double* xs, const __m512i (&ix)[8], Acc64& acc) {
   const __mmask64 top2 = 0xC0C0C0C0C0C0C0C0ull;
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512d up = _mm512_set1_pd(std::ldexp(1.0, 512));
-  alignas(64) double xs[256 * 8];  // [k in block][tile]
-  const __m512d z = _mm512_setzero_pd();
-  __m512d a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
-  for (int64_t kb = 0; kb < nkb; ++kb) {
-    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
-    prefetch_ahead(w, t, kb);
-    double s8[8];
-    for (int i = 0; i < 8; ++i) s8[i] = static_cast<double>(sc.at(i * 8));
-    const __m512d s = _mm512_mul_pd(_mm512_loadu_pd(s8), up);
-    const float* xr = x + kb * bk;
-    for (int64_t k = 0; k < bk; ++k)
-      _mm512_store_pd(xs + k * 8, _mm512_mul_pd(_mm512_set1_pd(static_cast<double>(xr[k])), s));
-    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
-    for (int64_t c = 0; c < bk; c += kPackChunkK) {
-      const uint8_t* q = base + packed_k_offset(c, kTile);
-      const double* xc = xs + c * 8;
-      const __m512i c0 = _mm512_loadu_si512(q), c1 = _mm512_loadu_si512(q + 64);
-      const __m512i c2 = _mm512_loadu_si512(q + 128), c3 = _mm512_loadu_si512(q + 192);
-      const __m512i A0 = _mm512_add_epi8(c0, c0), B0 = _mm512_and_si512(c0, sign);
-      const __m512i A1 = _mm512_add_epi8(c1, c1), B1 = _mm512_and_si512(c1, sign);
-      const __m512i A2 = _mm512_add_epi8(c2, c2), B2 = _mm512_and_si512(c2, sign);
-      const __m512i A3 = _mm512_add_epi8(c3, c3), B3 = _mm512_and_si512(c3, sign);
+  __m512d a0 = acc.a0, a1 = acc.a1, a2 = acc.a2, a3 = acc.a3;
+  __m512d a4 = acc.a4, a5 = acc.a5, a6 = acc.a6, a7 = acc.a7;
+  for (int64_t c = 0; c < bk; c += kPackChunkK) {
+    const uint8_t* q = base + packed_k_offset(c, kTile);
+    const double* xc = xs + c;
+    const __m512i c0 = _mm512_loadu_si512(q), c1 = _mm512_loadu_si512(q + 64);
+    const __m512i c2 = _mm512_loadu_si512(q + 128), c3 = _mm512_loadu_si512(q + 192);
+    const __m512i A0 = _mm512_add_epi8(c0, c0), B0 = _mm512_and_si512(c0, sign);
+    const __m512i A1 = _mm512_add_epi8(c1, c1), B1 = _mm512_and_si512(c1, sign);
+    const __m512i A2 = _mm512_add_epi8(c2, c2), B2 = _mm512_and_si512(c2, sign);
+    const __m512i A3 = _mm512_add_epi8(c3, c3), B3 = _mm512_and_si512(c3, sign);
 #define STRATA_PERM_FMA(acc, A, B, idx, tile, kk)                                              \
-  acc = _mm512_fmadd_pd(_mm512_set1_pd(xc[(kk) * 8 + (tile)]),                                 \
+  acc = _mm512_fmadd_pd(_mm512_set1_pd(xc[(tile) * kSets / 8 * bk + (kk)]),                   \
                         _mm512_castsi512_pd(_mm512_maskz_permutex2var_epi8(top2, A, idx, B)), acc);
 #define STRATA_PERM_K(kk, i0, i1)                                                              \
   STRATA_PERM_FMA(a0, A0, B0, i0, 0, kk)                                                       \
@@ -446,18 +435,57 @@ STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight&
   STRATA_PERM_FMA(a5, A2, B2, i1, 5, kk)                                                       \
   STRATA_PERM_FMA(a6, A3, B3, i0, 6, kk)                                                       \
   STRATA_PERM_FMA(a7, A3, B3, i1, 7, kk)
-      STRATA_PERM_K(0, i00, i10)
-      STRATA_PERM_K(1, i01, i11)
-      STRATA_PERM_K(2, i02, i12)
-      STRATA_PERM_K(3, i03, i13)
+    STRATA_PERM_K(0, ix[0], ix[4])
+    STRATA_PERM_K(1, ix[1], ix[5])
+    STRATA_PERM_K(2, ix[2], ix[6])
+    STRATA_PERM_K(3, ix[3], ix[7])
 #undef STRATA_PERM_K
 #undef STRATA_PERM_FMA
+  }
+  acc = Acc64{a0, a1, a2, a3, a4, a5, a6, a7};
+}
+
+STRATA_AVX512_EXT bool group_pass512_perm(const float* x, const PackedFp8Weight& w, int64_t t,
+                                          double* acc) {
+  const int64_t K = w.k, bk = w.block_k, nkb = K / bk;
+  // bk % 8 == 0 holds for every packed weight (pack_fp8_weight's rule)
+  if (bk % kPackChunkK != 0 || bk > 256 || !group_scales_pow2(w, t, 0x1p120f, true)) return false;
+  __m512i ix[8];
+  for (int j = 0; j < 8; ++j) ix[j] = perm_index(j);
+  const double up = std::ldexp(1.0, 512);
+  alignas(64) double xs[8 * 256];  // [set][k in block]
+  alignas(64) double xd[256];      // f64(x) of the block
+  const __m512d z = _mm512_setzero_pd();
+  Acc64 A{z, z, z, z, z, z, z, z};
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const detail::ScaleRef sc = detail::packed_scale_ref(w, t, kb, nkb);
+    prefetch_ahead(w, t, kb);
+    double s8[8];
+    for (int i = 0; i < 8; ++i) s8[i] = static_cast<double>(sc.at(i * 8)) * up;
+    const bool half = s8[0] == s8[1] && s8[0] == s8[2] && s8[0] == s8[3] && s8[4] == s8[5] &&
+                      s8[4] == s8[6] && s8[4] == s8[7];
+    const int sets = !half ? 8 : s8[0] == s8[4] ? 1 : 2;
+    const float* xr = x + kb * bk;
+    for (int64_t k = 0; k < bk; k += 8)
+      _mm512_store_pd(xd + k, _mm512_cvtps_pd(_mm256_loadu_ps(xr + k)));
+    for (int j = 0; j < sets; ++j) {  // x·s·2^512 is exact: s is a power of two
+      const __m512d s = _mm512_set1_pd(s8[j * 8 / sets]);
+      for (int64_t k = 0; k < bk; k += 8)
+        _mm512_store_pd(xs + j * bk + k, _mm512_mul_pd(_mm512_load_pd(xd + k), s));
+    }
+    const uint8_t* base = &w.codes[packed_code_offset(t, kb, nkb, bk, kTile)];
+    if (sets == 1) {
+      perm_block<1>(base, bk, xs, ix, A);
+    } else if (sets == 2) {
+      perm_block<2>(base, bk, xs, ix, A);
+    } else {
+      perm_block<8>(base, bk, xs, ix, A);
     }
   }
   const __m512d down = _mm512_set1_pd(std::ldexp(1.0, 504));
-  store_acc(acc, Acc64{_mm512_mul_pd(a0, down), _mm512_mul_pd(a1, down), _mm512_mul_pd(a2, down),
-                       _mm512_mul_pd(a3, down), _mm512_mul_pd(a4, down), _mm512_mul_pd(a5, down),
-                       _mm512_mul_pd(a6, down), _mm512_mul_pd(a7, down)});
+  store_acc(acc, Acc64{_mm512_mul_pd(A.a0, down), _mm512_mul_pd(A.a1, down), _mm512_mul_pd(A.a2, down),
+                       _mm512_mul_pd(A.a3, down), _mm512_mul_pd(A.a4, down), _mm512_mul_pd(A.a5, down),
+                       _mm512_mul_pd(A.a6, down), _mm512_mul_pd(A.a7, down)});
   return true;
 }
 #pragma GCC diagnostic pop
