@@ -549,6 +549,7 @@ Src src_of(const Fp4Weight& w) {
 Src src_of(const PackedFp8Weight& w) {
   Src s{Src::kFp8Packed};
   s.codes = w.codes.data();
+  s.fp8_subnormal = w.subnormal_blocks.empty() ? nullptr : w.subnormal_blocks.data();
   s.scales_f32 = w.scales.empty() ? nullptr : w.scales.data();
   s.pscales_e8m0 = w.scales_e8m0.empty() ? nullptr : w.scales_e8m0.data();
   s.n = w.n;
@@ -636,6 +637,18 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
       }
     }
   }
+  // Groups and K blocks holding an E4M3 subnormal code (padding rows are zero codes).
+  const int64_t groups = tiles / kPackGroup;
+  p.subnormal_blocks.assign(static_cast<size_t>(groups * nkb), 0);
+  for (int64_t n = 0; n < w.n; ++n)
+    for (int64_t k = 0; k < w.k; ++k) {
+      const uint8_t c = w.codes[n * w.k + k];
+      if ((c & 0x78) == 0 && (c & 0x07) != 0)
+        p.subnormal_blocks[static_cast<size_t>((n / (kPackGroup * kTile)) * nkb + k / bk)] = 1;
+    }
+  if (std::find(p.subnormal_blocks.begin(), p.subnormal_blocks.end(), 0) ==
+      p.subnormal_blocks.end())
+    p.subnormal_blocks.clear();  // every block flagged: nothing for the shift decode
   return p;
 }
 

@@ -125,8 +125,13 @@ struct PackedFp8Weight {
   std::vector<uint8_t> codes;
   std::vector<float> scales;           // f32 form (empty when scales_e8m0 is used)
   std::vector<uint8_t> scales_e8m0;    // UE8M0 form, bytes in 1..254 (empty when f32)
+  // [ceil(tiles/8)][K/block_k]: 1 where some code of the group's 64 rows in that K block is an
+  // E4M3 subnormal (exponent 0, mantissa != 0), else 0. The AVX-512 decode's shift path skips
+  // those blocks (docs/v41-parity.md, "FP8 decode"); empty: every block is treated as flagged.
+  std::vector<uint8_t> subnormal_blocks;
   int64_t bytes() const {
-    return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size());
+    return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size() +
+                                subnormal_blocks.size());
   }
 };
 struct PackedFp4Weight {

@@ -311,6 +311,72 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int 
   return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
 }
 
+// The same partials (true values) by the shift decode, for K blocks whose weight codes hold
+// no E4M3 subnormal (Src::fp8_subnormal) against activations x·2^112 (ExtActs::pairs112).
+// One VPERMB puts a tile pair's 4 K indices of row l in dword l as bytes (K1, K3, K0, K2);
+// then per 16-bit word, (w << 8) >>a 4 & 0x87F0 of the low bytes and w >>a 4 & 0x87F0 of the
+// high bytes are the bf16 bits of value·2^-120 (sign; exponent and mantissa bits moved down
+// by 4, so the bf16 exponent field is the E4M3 one): K0 / K1 in the high / low word of the
+// first, K2 / K3 of the second, VDPBF16PS's order. Every such bf16 with a nonzero value is
+// normal (subnormal codes are excluded: VDPBF16PS would read them as zero), and so are the
+// products x·2^112·v·2^-120 = x·v·2^-8 and their partial sums (nonzero ones are multiples of
+// 2^-33 for the activations prepare_ext_acts admits), where rounding commutes with the 2^-8:
+// the chain's partials times 2^-8, scaled back exactly at the end. NaN codes (0x7F) decode as
+// 480, as the table path's (the scalar path would give NaN: callers pass no NaN codes).
+struct Fp8ShiftTables {
+  alignas(64) uint8_t order[64];
+  Fp8ShiftTables() {
+    constexpr int kOf[4] = {1, 3, 0, 2};  // byte 4l + j holds K index kOf[j] of row l
+    for (int b = 0; b < 64; ++b) {
+      const int l = b / 4;
+      order[b] = static_cast<uint8_t>((l / 8) * 32 + kOf[b % 4] * 8 + l % 8);
+    }
+  }
+};
+const Fp8ShiftTables& fp8_shift_tables() {
+  static const Fp8ShiftTables t;
+  return t;
+}
+
+template <int kRows>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8_shift(const uint8_t* base, int bk,
+                                                             const uint32_t* xp0,
+                                                             const uint32_t* xp1,
+                                                             __m512i order) {
+  const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87F0));
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+  for (int c = 0; c < bk; c += 4) {
+    const __m512bh xa01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2]));
+    const __m512bh xa23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2 + 1]));
+    __m512bh xb01 = xa01, xb23 = xa23;
+    if constexpr (kRows == 2) {
+      xb01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2]));
+      xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
+    }
+    const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
+#define STRATA_FP8_SHIFT_DOT(acc, accb, t2)                                                   \
+  {                                                                                           \
+    const __m512i j = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(a + (t2) * 64));     \
+    const __m512bh w01 =                                                                      \
+        (__m512bh)_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(j, 8), 4), keep);     \
+    const __m512bh w23 = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(j, 4), keep);          \
+    acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);                      \
+    if constexpr (kRows == 2)                                                                 \
+      accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);                  \
+  }
+    STRATA_FP8_SHIFT_DOT(p0, q0, 0)
+    STRATA_FP8_SHIFT_DOT(p1, q1, 1)
+    STRATA_FP8_SHIFT_DOT(p2, q2, 2)
+    STRATA_FP8_SHIFT_DOT(p3, q3, 3)
+#undef STRATA_FP8_SHIFT_DOT
+  }
+  const __m512 up = _mm512_set1_ps(256.0f);  // exact: back to true values
+  return Partials{_mm512_mul_ps(p0, up), _mm512_mul_ps(p1, up), _mm512_mul_ps(p2, up),
+                  _mm512_mul_ps(p3, up), _mm512_mul_ps(q0, up), _mm512_mul_ps(q1, up),
+                  _mm512_mul_ps(q2, up), _mm512_mul_ps(q3, up)};
+}
+
 template <int kRows>
 STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_t t0,
                                         int64_t m0, const ExtActs& d, float* out) {
@@ -323,12 +389,20 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
   __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
   const uint32_t* xp0 = d.pairs.data() + m0 * (K / 2);
   const uint32_t* xp1 = xp0 + K / 2;
+  // the shift decode's flags and activations, or null (every block on the tables)
+  const uint8_t* sub = d.pairs112.empty() ? nullptr : s.fp8_subnormal + (t0 / kPackGroup) * nkb;
+  const uint32_t* xs0 = sub != nullptr ? d.pairs112.data() + m0 * (K / 2) : nullptr;
+  const uint32_t* xs1 = xs0 + K / 2;
+  const __m512i order = _mm512_load_si512(fp8_shift_tables().order);
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
   for (int64_t kb = 0, ab = 0, ai = 0; kb < nkb; ++kb) {
     prefetch_scales(s, t0, kb + kAhead);  // runs on into the next group
     const Partials P =
-        dot_block_fp8<kRows>(s.pcodes(t0, kb), bk, xp0 + kb * bk / 2, xp1 + kb * bk / 2, T);
+        sub != nullptr && sub[kb] == 0
+            ? dot_block_fp8_shift<kRows>(s.pcodes(t0, kb), bk, xs0 + kb * bk / 2,
+                                         xs1 + kb * bk / 2, order)
+            : dot_block_fp8<kRows>(s.pcodes(t0, kb), bk, xp0 + kb * bk / 2, xp1 + kb * bk / 2, T);
     scale_add<kRows>(P, s.pscales(t0, kb), one, sx0[ab], kRows == 2 ? sx1[ab] : 0.0f, a0, a1,
                      a2, a3, b0, b1, b2, b3);
     if (++ai == act_per) {
@@ -588,6 +662,60 @@ const char* fp8_decode_multiply() {
 
 namespace strata::kernels::detail {
 
+// The FP8 dot path's activation pairs of x[0, n) (n even): pairs[j] = bf16(x[2j]) << 16 |
+// bf16(x[2j+1]), and when p112 is non-null the same of x·2^112: each nonzero bf16 word's
+// exponent field + 112 (exact); *in_range says whether every x is 0 or 2^-9 <= |x| <= 2^15
+// (E4M3 values are), as the shift decode needs. Returns whether every x is a bf16 value (low
+// 16 bits zero). 32 x per step: one VPERMT2W gathers the high words of 16 pairs.
+static STRATA_AVX512_EXT bool fp8_pairs(const float* x, int64_t n, uint32_t* pairs, uint32_t* p112,
+                                 bool* in_range) {
+  alignas(64) uint16_t idx[32];
+  for (int j = 0; j < 16; ++j) {
+    idx[2 * j] = static_cast<uint16_t>(4 * j + 3);      // low word: x[2j+1]'s high word
+    idx[2 * j + 1] = static_cast<uint16_t>(4 * j + 1);  // high word: x[2j]'s high word
+  }
+  const __m512i gather = _mm512_load_si512(idx);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF), mag = _mm512_set1_epi16(0x7FFF);
+  const __m512i lo = _mm512_set1_epi16(0x3B00), hi = _mm512_set1_epi16(0x4700);
+  const __m512i bias = _mm512_set1_epi16(0x3800);
+  __m512i low_bits = _mm512_setzero_si512();
+  __mmask32 bad = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i A = _mm512_loadu_si512(x + i), B = _mm512_loadu_si512(x + i + 16);
+    low_bits = _mm512_or_si512(low_bits, _mm512_and_si512(_mm512_or_si512(A, B), low16));
+    const __m512i P = _mm512_permutex2var_epi16(A, gather, B);
+    _mm512_storeu_si512(pairs + i / 2, P);
+    if (p112 != nullptr) {
+      const __m512i m = _mm512_and_si512(P, mag);
+      const __mmask32 nz = _mm512_test_epi16_mask(m, m);
+      bad |= nz & (_mm512_cmplt_epu16_mask(m, lo) | _mm512_cmpgt_epu16_mask(m, hi));
+      _mm512_storeu_si512(p112 + i / 2, _mm512_mask_add_epi16(P, nz, P, bias));
+    }
+  }
+  bool ok = _mm512_test_epi32_mask(low_bits, low_bits) == 0;
+  bool range = bad == 0;
+  for (; i < n; i += 2) {  // the tail, as above one pair at a time
+    uint32_t even, odd;
+    std::memcpy(&even, &x[i], 4);
+    std::memcpy(&odd, &x[i + 1], 4);
+    ok = ok && ((even | odd) & 0xFFFFu) == 0;
+    const uint32_t w = (even & 0xFFFF0000u) | (odd >> 16);
+    pairs[i / 2] = w;
+    if (p112 != nullptr) {
+      uint32_t out = 0;
+      for (int h = 0; h < 32; h += 16) {
+        const uint32_t m = (w >> h) & 0x7FFFu;
+        range = range && (m == 0 || (m >= 0x3B00u && m <= 0x4700u));
+        out |= (((w >> h) & 0xFFFFu) + (m != 0 ? 0x3800u : 0u)) << h;
+      }
+      p112[i / 2] = out;
+    }
+  }
+  *in_range = range;
+  return ok;
+}
+
 void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
   d->fp4_dot = d->fp8_dot = false;
   if (!avx512_ext_active() || a.m > 4) return;
@@ -613,15 +741,11 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
     // bf16 pairs: K index 2j in the high word (VDPBF16PS adds it first), 2j+1 in the low.
     // E4M3 values are bf16 values; anything else (a contract violation) takes the chain path.
     d->pairs.resize(static_cast<size_t>(a.m * K / 2));
-    uint32_t low_bits = 0;
-    for (int64_t i = 0; i < a.m * K / 2; ++i) {
-      uint32_t even, odd;
-      std::memcpy(&even, &a.q[2 * i], 4);
-      std::memcpy(&odd, &a.q[2 * i + 1], 4);
-      low_bits |= (even | odd) & 0xFFFFu;
-      d->pairs[static_cast<size_t>(i)] = (even & 0xFFFF0000u) | (odd >> 16);
-    }
-    d->fp8_dot = low_bits == 0;
+    d->pairs112.resize(s.fp8_subnormal != nullptr ? d->pairs.size() : 0);
+    bool in_range = true;
+    d->fp8_dot = fp8_pairs(a.q, a.m * K, d->pairs.data(),
+                           d->pairs112.empty() ? nullptr : d->pairs112.data(), &in_range);
+    if (!in_range) d->pairs112.clear();
   }
 }
 

@@ -39,6 +39,8 @@ std::vector<float> quantized_blocks(std::mt19937& g, int blocks) {
   return q;
 }
 
+bool e4m3_is_subnormal(uint8_t c) { return ((c >> 3) & 15) == 0 && (c & 7) != 0; }
+
 float chain(const float* x, const float* w, bool reverse) {
   float p = 0.0f;
   for (int i = 0; i < 32; ++i) {
@@ -205,6 +207,102 @@ TEST(BlockGemmExt, Fp8DotPathAllCodesBitExact) {
       }
     }
   set_avx512_ext_enabled(true);
+}
+
+// The FP8 decode's shift path (K blocks with no E4M3 subnormal weight code) next to the
+// table path (blocks with one) in the same GEMM: pack_fp8_weight's flags against a count made
+// here from the raw codes, then every output against the scalar reference loop, bit for bit,
+// for 32- and 128-wide blocks, M = 1..4, 1 and 2 threads, a ragged last group. The weights
+// hold every normal code, both zeros and ±448 (0x7E / 0xFE); subnormal codes are placed in a
+// few (group, K block) pairs only. Activations: E4M3 values (the shift path runs; checked on
+// ExtActs), then one bf16 activation of 65536 and one of 2^-12, outside the shift path's
+// range (x·2^112 would overflow / products could reach f32 subnormals): all blocks then take
+// the tables, with the same bits.
+TEST(BlockGemmExt, Fp8ShiftDecodeAndTableBlocksBitExact) {
+  if (!avx512_ext_active() || !detail::dpbf16_is_sequential()) GTEST_SKIP() << "no AVX-512 ext";
+  std::mt19937 g(41);
+  for (int64_t bk : {32, 128})
+    for (int64_t N : {200, 1000}) {
+      const int64_t K = 4 * bk, nkb = K / bk, groups = (N + 63) / 64;
+      std::vector<uint8_t> w(N * K);
+      std::uniform_int_distribution<int> byte(0, 255);
+      for (auto& c : w) {
+        c = static_cast<uint8_t>(byte(g));
+        if ((c & 0x7F) == 0x7F) c ^= 0x01;                    // no NaN codes
+        if ((c & 0x78) == 0 && (c & 0x07) != 0) c |= 0x08;    // no subnormal codes yet
+      }
+      // subnormal codes in (group 0, K block 1), (group 2, K block 0) and the last group's
+      // last K block (ragged rows included)
+      const int64_t K1 = bk, Klast = K - 1;
+      w[5 * K + K1 + 3] = 0x01;
+      w[(2 * 64 + 63) * K + 7] = 0x87;
+      w[(N - 1) * K + Klast] = 0x04;
+      std::vector<uint8_t> flags(groups * nkb, 0);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const uint8_t c = w[n * K + k];
+          if (e4m3_is_subnormal(c)) flags[(n / 64) * nkb + k / bk] = 1;
+        }
+      std::vector<float> wsf(((N + bk - 1) / bk) * nkb);
+      for (size_t i = 0; i < wsf.size(); ++i)
+        wsf[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 10);
+      const Fp8BlockWeight W{w.data(), nullptr, wsf.data(), N, K, static_cast<int>(bk),
+                             static_cast<int>(bk)};
+      const PackedFp8Weight P = pack_fp8_weight(W);
+      ASSERT_EQ(P.subnormal_blocks, flags) << "bk=" << bk << " N=" << N;
+      ThreadPool pool(2);
+      for (float odd : {0.0f, 65536.0f, std::ldexp(1.0f, -12)}) {
+        std::vector<float> q(4 * K), sx(4 * nkb);
+        for (auto& v : q) {
+          int c = byte(g);
+          if ((c & 0x7F) == 0x7F) c = 0x7E;
+          v = dec_e4m3(static_cast<uint8_t>(c));  // every E4M3 value, subnormals and zeros
+        }
+        for (size_t i = 0; i < sx.size(); ++i) sx[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
+        if (odd != 0.0f) q[K + 17] = odd;  // activation row 1
+        for (int64_t m = 1; m <= 4; ++m) {
+          const QuantActs a{q.data(), sx.data(), m, K, static_cast<int>(bk)};
+          detail::ExtActs e;
+          detail::prepare_ext_acts(a, detail::Src{detail::Src::kFp8Packed, P.codes.data(),
+                                                  nullptr, nullptr, nullptr,
+                                                  P.subnormal_blocks.data(), N, K,
+                                                  static_cast<int>(bk)},
+                                   &e);
+          ASSERT_TRUE(e.fp8_dot);
+          const bool in_range = odd == 0.0f || m == 1;  // the odd value sits in row 1
+          ASSERT_EQ(e.pairs112.empty(), !in_range) << "odd=" << odd << " m=" << m;
+          for (size_t i = 0; i < e.pairs112.size(); ++i)
+            for (int h = 0; h < 2; ++h) {  // pairs112 holds x·2^112 in the pairs' places
+              const uint32_t b112 = (e.pairs112[i] >> (16 * (1 - h))) << 16;
+              float v;
+              std::memcpy(&v, &b112, 4);
+              ASSERT_EQ(v, q[2 * i + h] * 0x1p112f) << "i=" << i;
+            }
+          std::vector<float> expect(m * N), y(m * N);
+          ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
+          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(y.begin(), y.end(), -1.0f);
+            fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
+            for (int64_t i = 0; i < m * N; ++i)
+              ASSERT_EQ(std::memcmp(&y[i], &expect[i], 4), 0)
+                  << "bk=" << bk << " N=" << N << " odd=" << odd << " m=" << m << " i=" << i;
+          }
+        }
+      }
+    }
+}
+
+// Flags are not kept when every block has a subnormal code (nothing for the shift path).
+TEST(BlockGemmExt, Fp8SubnormalFlagsDroppedWhenEveryBlockHasOne) {
+  const int64_t N = 64, K = 64;
+  std::vector<uint8_t> w(N * K, 0x38);  // 1.0
+  std::vector<uint8_t> ws(2 * 2, 127);
+  const Fp8BlockWeight W{w.data(), ws.data(), nullptr, N, K, 32, 32};
+  EXPECT_EQ(pack_fp8_weight(W).subnormal_blocks, std::vector<uint8_t>(2, 0));
+  w[0] = 0x05;  // K block 0
+  EXPECT_EQ(pack_fp8_weight(W).subnormal_blocks, (std::vector<uint8_t>{1, 0}));
+  w[40] = 0x81;  // K block 1
+  EXPECT_TRUE(pack_fp8_weight(W).subnormal_blocks.empty());
 }
 
 }  // namespace

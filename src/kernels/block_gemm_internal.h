@@ -47,6 +47,7 @@ struct Src {
   const uint8_t* scales_e8m0 = nullptr;  // raw layouts
   const float* scales_f32 = nullptr;     // raw FP8 with f32 scales, or packed f32 (per row)
   const uint8_t* pscales_e8m0 = nullptr; // packed UE8M0 byte form (per row)
+  const uint8_t* fp8_subnormal = nullptr; // PackedFp8Weight::subnormal_blocks, or null
   int64_t n = 0, k = 0;
   int bk = 32;       // K block of the weight scales (FP4: 32)
   int block_n = 1;   // raw FP8 scale rows
@@ -70,11 +71,14 @@ struct Src {
 //   dpbf16_is_sequential);
 //   FP4 dot path: x as bf16 pairs of K indices two apart, quad[m][2c] = K index 4c in the low
 //   half of the dword and 4c + 2 in the high half, quad[m][2c + 1] = 4c + 1 and 4c + 3, and
-//   per 32-wide K block whether fp4_block_sums_exact holds (fp4_dot).
+//   per 32-wide K block whether fp4_block_sums_exact holds (fp4_dot);
+//   FP8 shift decode (K blocks without subnormal weight codes): pairs112, the same pairs of
+//   x·2^112 (exact: E4M3 values times a power of two stay normal bf16 values).
 struct ExtActs {
   bool fp4_dot = false;
   bool fp8_dot = false;
-  std::vector<uint32_t> pairs;  // [M][K/2]
+  std::vector<uint32_t> pairs;     // [M][K/2]
+  std::vector<uint32_t> pairs112;  // [M][K/2], when fp8_dot and the weights flag subnormals
   std::vector<uint32_t> quad;   // [M][K/4][2]
   std::vector<uint8_t> exact;   // [M][K/32]
 };

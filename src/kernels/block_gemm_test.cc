@@ -282,7 +282,11 @@ TEST(BlockGemm, PackedScaleFormFollowsTheCheckpointScales) {
     const PackedFp8Weight P = pack_fp8_weight(W);
     EXPECT_EQ(P.scales_e8m0.empty(), extreme == 0);
     const int64_t padded_rows = 128;  // 70 rows -> 2 packed groups of 64
-    EXPECT_EQ(P.bytes(), padded_rows * K + padded_rows * (K / 32) * (extreme == 0 ? 4 : 1));
+    // + one subnormal flag per 64-row group and K block, none when every block has one
+    EXPECT_TRUE(P.subnormal_blocks.empty() ||
+                static_cast<int64_t>(P.subnormal_blocks.size()) == (padded_rows / 64) * (K / 32));
+    EXPECT_EQ(P.bytes(), padded_rows * K + padded_rows * (K / 32) * (extreme == 0 ? 4 : 1) +
+                             static_cast<int64_t>(P.subnormal_blocks.size()));
     std::vector<float> want(M * N), got(M * N);
     ref::fp8_gemm_cols(a, W, want.data(), OutRound::kF32, 0, N);
     for (int mode : {0, 1, 2}) {

@@ -31,9 +31,11 @@
 // 0.08/sqrt(fan_in); head 2/sqrt(dim); embed and Engram tables N(0,1); norm weights and
 // Engram q/k weights 1 + 0.1 N; hc_fn 1/sqrt(hc*dim); hc_base 0.5 N; hc_scale U[0.5, 0.75];
 // attn_sink N(0,1); gate.bias 0.1 N. Gaussians are drawn as quantiles of N(0,1) (256 levels
-// for FP8/FP4 codes, 65536 for BF16/F32) indexed by random bytes; FP8/FP4 tensors use one
-// power-of-two scale per tensor (stored per block / per row as the format requires), codes
-// within +-340 (FP8) / +-6 (FP4).
+// for FP4 codes, 65536 for FP8 codes and BF16/F32) indexed by random bytes; FP8/FP4 tensors
+// use one power-of-two scale per tensor (stored per block / per row as the format requires),
+// codes within +-448 (FP8, the top quantiles saturate) / +-6 (FP4). With 65536 levels ~1.5e-4
+// of the FP8 codes are E4M3 subnormals, close to the golden tiny checkpoint (1.1e-4), so the
+// FP8 decode's subnormal-free fast path sees a real checkpoint's share of blocks.
 // Determinism: the bytes depend only on (options, seed): every tensor is generated in chunks
 // of 2^20 elements, each from its own stream seeded by (seed, tensor name, chunk), so the
 // thread count does not matter. Same options + seed => identical files.

@@ -18,7 +18,8 @@
 // --avx512 on|off switches the AVX-512 decode paths (kernels::set_avx512_enabled; default:
 // as the process started, see kernels/cpu_features.h) and --avx512-ext on|off their
 // VBMI/BF16/GFNI extension paths (kernels::set_avx512_ext_enabled), so they can be compared.
-// Random codes avoid E4M3 NaN (0x7F/0xFF); UE8M0 scales are drawn from 115..130.
+// Random codes avoid E4M3 NaN (0x7F/0xFF) and keep subnormal codes at a checkpoint-like
+// rate (fill_e4m3); UE8M0 scales are drawn from 115..130.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -79,11 +80,17 @@ void fill_bytes(Rng& r, uint8_t* p, int64_t n) {
   const uint64_t v = r.next();
   for (int b = 0; i < n; ++i, ++b) p[i] = static_cast<uint8_t>(v >> (8 * b));
 }
-// E4M3 codes without the NaN codes 0x7F / 0xFF (mapped to 0x7E / 0xFE, ±448).
+// E4M3 codes without the NaN codes 0x7F / 0xFF (mapped to 0x7E / 0xFE, ±448), uniform over
+// the other codes except the subnormal ones (exponent 0, mantissa != 0): 1 in 512 of those is
+// kept, the rest get exponent 1, so subnormal codes occur at 1/8192 (1.2e-4, about the
+// rate of the golden tiny checkpoint quantized by DeepSeek's tools: 1.1e-4), as in a real
+// checkpoint rather than at 1/16. The FP8 decode's fast path skips K blocks holding one.
 void fill_e4m3(Rng& r, uint8_t* p, int64_t n) {
   fill_bytes(r, p, n);
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
     if ((p[i] & 0x7F) == 0x7F) p[i] ^= 0x01;
+    if ((p[i] & 0x78) == 0 && (p[i] & 0x07) != 0 && r.next() % 512 != 0) p[i] |= 0x08;
+  }
 }
 // UE8M0 scales 2^(e-127) with e in 115..130.
 void fill_ue8m0(Rng& r, uint8_t* p, int64_t n) {
