@@ -1,6 +1,7 @@
 #include "kernels/membw.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
 
@@ -44,14 +46,19 @@ float sum_scalar(const float* p, int64_t n) {
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
-  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+namespace {
+
+// One buffer of n floats in the given page size, first touched by the thread that reads
+// each slice; the best of `passes` timed reads after a warm-up.
+double measure_in_pages(ThreadPool& pool, int64_t n, int passes, PageSize pages) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  STRATA_CHECK_MSG(map != MAP_FAILED, "mmap of the {}-byte bandwidth buffer", bytes);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  ::madvise(map, bytes, pages == PageSize::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#endif
+  float* buf = static_cast<float*>(map);
   const int threads = pool.num_threads();
-  // First touch from the worker that will read each slice.
   const int64_t chunk = (n / threads) & ~int64_t{63};
   auto slice = [&](int64_t t, int64_t* b, int64_t* e) {
     *b = t * chunk;
@@ -61,7 +68,7 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t b, e;
       slice(t, &b, &e);
-      std::fill(buf.get() + b, buf.get() + e, 1.0f);
+      std::fill(buf + b, buf + e, 1.0f);
     }
   });
   const bool avx = active_isa() == Isa::kAvx2;
@@ -74,14 +81,28 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
       for (int64_t t = a; t < z; ++t) {
         int64_t b, e;
         slice(t, &b, &e);
-        s += avx ? sum_avx2(buf.get() + b, e - b) : sum_scalar(buf.get() + b, e - b);
+        s += avx ? sum_avx2(buf + b, e - b) : sum_scalar(buf + b, e - b);
       }
       sink.fetch_add(static_cast<uint32_t>(s), std::memory_order_relaxed);
     });
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (p > 0) best = std::max(best, static_cast<double>(n) * sizeof(float) / sec);
+    if (p > 0) best = std::max(best, static_cast<double>(bytes) / sec);
   }
+  ::munmap(map, bytes);
   return best;
+}
+
+}  // namespace
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
+  return std::max(measure_in_pages(pool, n, passes, PageSize::kSmall),
+                  measure_in_pages(pool, n, passes, PageSize::kHuge));
+}
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes, PageSize pages) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
+  return measure_in_pages(pool, n, passes, pages);
 }
 
 }  // namespace strata::kernels

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/huge_pages.h"
 #include "base/thread_pool.h"
 #include "exec/llama_runner.h"
 #include "exec/runner_factory.h"
@@ -141,6 +142,7 @@ int run_bench_model(BenchModelCli& o) {
   // Process CPU time during decode relative to threads × wall time (JSON only: a hint
   // whether the machine was busy; CPU-time accounting in VMs can be coarse).
   const double cpu_util = decode_cpu / std::max(1e-9, decode_wall * threads);
+  const AnonMemory mem = anon_memory();  // huge pages: base/huge_pages.h
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
@@ -158,6 +160,8 @@ int run_bench_model(BenchModelCli& o) {
                         {"decode_bandwidth_gbs", achieved / 1e9},
                         {"decode_roofline_tok_s", roofline_tps},
                         {"decode_cpu_utilization", cpu_util},
+                        {"anon_memory_mib", mem.anon_kib / 1024.0},
+                        {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
                         {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
     fmt::print("{}\n", j.dump(2));
   } else {
@@ -168,6 +172,10 @@ int run_bench_model(BenchModelCli& o) {
                !avx512                        ? ""
                : kernels::avx512_ext_active() ? " + avx512 decode paths + extensions"
                                               : " + avx512 decode paths");
+    if (mem.anon_kib >= 0 && mem.huge_kib >= 0)
+      fmt::print("memory         {:.0f} of {:.0f} MiB of anonymous memory (packed weights, state, scratch) "
+                 "in huge pages\n",
+                 mem.huge_kib / 1024.0, mem.anon_kib / 1024.0);
     fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB; the higher of {:.2f} before "
                "and {:.2f} after the runs)\n",
                bw / 1e9, o.bw_mib, bw_before / 1e9, bw_after / 1e9);

@@ -5,9 +5,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/huge_pages.h"
 #include "tools/command_registry.h"
 
 int main(int argc, char** argv) {
+  // Heap in transparent huge pages (base/huge_pages.h): may re-execute this binary once.
+  strata::reexec_with_malloc_huge_pages(argv);
   // A decode step allocates and frees scratch of 100 KB .. a few MB per layer (rows read
   // from the state, attention lists). glibc would serve those with mmap/munmap and zero
   // fresh pages every step (and, with worker threads, shoot down TLBs); keep them in the

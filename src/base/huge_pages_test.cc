@@ -1,0 +1,43 @@
+// Tests for base/huge_pages: when strata re-executes itself with glibc's huge-page tunable.
+#include "base/huge_pages.h"
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+constexpr const char* kMadvise = "always [madvise] never\n";
+
+TEST(HugePages, WantedOnMadviseOrAlwaysWithNewGlibc) {
+  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "2.36"));
+  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, "[always] madvise never", "2.35"));
+  EXPECT_TRUE(want_malloc_huge_pages("1", "glibc.malloc.arena_max=2", kMadvise, "2.40"));
+  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "3.0"));
+}
+
+TEST(HugePages, NotWantedWhenOffOrAlreadySetOrUnsupported) {
+  EXPECT_FALSE(want_malloc_huge_pages("0", nullptr, kMadvise, "2.36"));               // opt-out
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, "glibc.malloc.hugetlb=1", kMadvise, "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, "glibc.malloc.hugetlb=0", kMadvise, "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, "always madvise [never]", "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, "", "2.36"));                 // no sysfs
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "2.34"));           // too old
+  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "unknown"));
+}
+
+TEST(HugePages, TunablesKeepWhatWasThere) {
+  EXPECT_EQ(tunables_with_hugetlb(nullptr), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(tunables_with_hugetlb(""), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(tunables_with_hugetlb("glibc.malloc.arena_max=2"),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+}
+
+TEST(HugePages, AnonMemoryReadsThisProcess) {
+  const AnonMemory m = anon_memory();
+  ASSERT_GT(m.anon_kib, 0);  // a running gtest binary has anonymous memory
+  EXPECT_GE(m.huge_kib, 0);
+  EXPECT_LE(m.huge_kib, m.anon_kib);
+}
+
+}  // namespace
+}  // namespace strata
