@@ -267,14 +267,14 @@ const Fp8DotTables& fp8_dot_tables() {
 // xp0 / xp1 (bf16 pairs, ExtActs::pairs) against the group at base. (FP8 decode reads one
 // group at a time: without software prefetch, reading two groups in turn as FP4 does was
 // 1-4 % slower, docs/PERFORMANCE.md session 11.)
-template <int kRows>
-STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
-                                                       const uint32_t* xp0, const uint32_t* xp1,
-                                                       const Fp8DotTables& T) {
-  const __m512i lo0 = _mm512_load_si512(T.lo), lo1 = _mm512_load_si512(T.lo + 64);
-  const __m512i tp0 = _mm512_load_si512(T.top), tp1 = _mm512_load_si512(T.top + 64);
-  const __m512i i01 = _mm512_load_si512(T.idx[0]), i23 = _mm512_load_si512(T.idx[1]);
-  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+// The FP8 dot loop over one K block (bk % 4 == 0): per chunk of 4 K indices, `decode` turns
+// each tile pair's 64 codes at p into the bf16 pairs w01 (K0 high, K1 low word of row l's
+// dword) and w23 (K2, K3), and two VDPBF16PS add them to row l's lane in K order, against
+// activation rows xp0 / xp1 (kRows == 2) as bf16 pairs (ExtActs::pairs or pairs112).
+template <int kRows, class Decode>
+STRATA_AVX512_EXT STRATA_INLINE Partials fp8_dot_loop(const uint8_t* base, int bk,
+                                                      const uint32_t* xp0, const uint32_t* xp1,
+                                                      const Decode& decode) {
   const __m512 zero = _mm512_setzero_ps();
   // locals, not Partials members: GCC kept the members on the stack across iterations
   __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
@@ -287,16 +287,10 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int 
       xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
     }
     const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
-#define STRATA_FP8_DECODE(src, t2, w01, w23)                                                  \
-  const __m512i j = _mm512_loadu_si512((src) + (t2) * 64);                                   \
-  const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);                                 \
-  const __m512i top = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tp0, j, tp1), j,   \
-                                                sign, 0xF8);                                 \
-  const __m512bh w01 = (__m512bh)_mm512_permutex2var_epi8(lob, i01, top);                    \
-  const __m512bh w23 = (__m512bh)_mm512_permutex2var_epi8(lob, i23, top);
 #define STRATA_FP8_DOT(acc, accb, t2)                                          \
   {                                                                            \
-    STRATA_FP8_DECODE(a, t2, w01, w23)                                         \
+    __m512bh w01, w23;                                                         \
+    decode(a + (t2) * 64, w01, w23);                                           \
     acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);       \
     if constexpr (kRows == 2)                                                  \
       accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);   \
@@ -306,9 +300,36 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int 
     STRATA_FP8_DOT(p2, q2, 2)
     STRATA_FP8_DOT(p3, q3, 3)
 #undef STRATA_FP8_DOT
-#undef STRATA_FP8_DECODE
   }
   return Partials{p0, p1, p2, p3, q0, q1, q2, q3};
+}
+
+// Table decode (any code): the bf16 low and top bytes of the magnitude from two 128-entry
+// tables, the sign ORed into the top byte, then the bytes interleaved into (K0, K1) and
+// (K2, K3) words.
+struct Fp8TableDecode {
+  __m512i lo0, lo1, tp0, tp1, i01, i23, sign;
+  STRATA_AVX512_EXT explicit Fp8TableDecode(const Fp8DotTables& T)
+      : lo0(_mm512_load_si512(T.lo)), lo1(_mm512_load_si512(T.lo + 64)),
+        tp0(_mm512_load_si512(T.top)), tp1(_mm512_load_si512(T.top + 64)),
+        i01(_mm512_load_si512(T.idx[0])), i23(_mm512_load_si512(T.idx[1])),
+        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
+  STRATA_AVX512_EXT STRATA_INLINE void operator()(const uint8_t* p, __m512bh& w01,
+                                                  __m512bh& w23) const {
+    const __m512i j = _mm512_loadu_si512(p);
+    const __m512i lob = _mm512_permutex2var_epi8(lo0, j, lo1);
+    const __m512i top =
+        _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tp0, j, tp1), j, sign, 0xF8);
+    w01 = (__m512bh)_mm512_permutex2var_epi8(lob, i01, top);
+    w23 = (__m512bh)_mm512_permutex2var_epi8(lob, i23, top);
+  }
+};
+
+template <int kRows>
+STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8(const uint8_t* base, int bk,
+                                                       const uint32_t* xp0, const uint32_t* xp1,
+                                                       const Fp8DotTables& T) {
+  return fp8_dot_loop<kRows>(base, bk, xp0, xp1, Fp8TableDecode(T));
 }
 
 // The same partials (true values) by the shift decode, for K blocks whose weight codes hold
@@ -338,43 +359,28 @@ const Fp8ShiftTables& fp8_shift_tables() {
   return t;
 }
 
+struct Fp8ShiftDecode {
+  __m512i order, keep;
+  STRATA_AVX512_EXT explicit Fp8ShiftDecode(__m512i o)
+      : order(o), keep(_mm512_set1_epi16(static_cast<short>(0x87F0))) {}
+  STRATA_AVX512_EXT STRATA_INLINE void operator()(const uint8_t* p, __m512bh& w01,
+                                                  __m512bh& w23) const {
+    const __m512i j = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(p));
+    w01 = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(j, 8), 4), keep);
+    w23 = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(j, 4), keep);
+  }
+};
+
 template <int kRows>
 STRATA_AVX512_EXT STRATA_INLINE Partials dot_block_fp8_shift(const uint8_t* base, int bk,
                                                              const uint32_t* xp0,
                                                              const uint32_t* xp1,
                                                              __m512i order) {
-  const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87F0));
-  const __m512 zero = _mm512_setzero_ps();
-  __m512 p0 = zero, p1 = zero, p2 = zero, p3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
-  for (int c = 0; c < bk; c += 4) {
-    const __m512bh xa01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2]));
-    const __m512bh xa23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp0[c / 2 + 1]));
-    __m512bh xb01 = xa01, xb23 = xa23;
-    if constexpr (kRows == 2) {
-      xb01 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2]));
-      xb23 = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp1[c / 2 + 1]));
-    }
-    const uint8_t* a = base + packed_k_offset(c, kTile);  // the chunk: 8 tiles x 32 bytes
-#define STRATA_FP8_SHIFT_DOT(acc, accb, t2)                                                   \
-  {                                                                                           \
-    const __m512i j = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(a + (t2) * 64));     \
-    const __m512bh w01 =                                                                      \
-        (__m512bh)_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(j, 8), 4), keep);     \
-    const __m512bh w23 = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(j, 4), keep);          \
-    acc = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w01, xa01), w23, xa23);                      \
-    if constexpr (kRows == 2)                                                                 \
-      accb = _mm512_dpbf16_ps(_mm512_dpbf16_ps(accb, w01, xb01), w23, xb23);                  \
-  }
-    STRATA_FP8_SHIFT_DOT(p0, q0, 0)
-    STRATA_FP8_SHIFT_DOT(p1, q1, 1)
-    STRATA_FP8_SHIFT_DOT(p2, q2, 2)
-    STRATA_FP8_SHIFT_DOT(p3, q3, 3)
-#undef STRATA_FP8_SHIFT_DOT
-  }
+  const Partials P = fp8_dot_loop<kRows>(base, bk, xp0, xp1, Fp8ShiftDecode(order));
   const __m512 up = _mm512_set1_ps(256.0f);  // exact: back to true values
-  return Partials{_mm512_mul_ps(p0, up), _mm512_mul_ps(p1, up), _mm512_mul_ps(p2, up),
-                  _mm512_mul_ps(p3, up), _mm512_mul_ps(q0, up), _mm512_mul_ps(q1, up),
-                  _mm512_mul_ps(q2, up), _mm512_mul_ps(q3, up)};
+  return Partials{_mm512_mul_ps(P.p0, up), _mm512_mul_ps(P.p1, up), _mm512_mul_ps(P.p2, up),
+                  _mm512_mul_ps(P.p3, up), _mm512_mul_ps(P.q0, up), _mm512_mul_ps(P.q1, up),
+                  _mm512_mul_ps(P.q2, up), _mm512_mul_ps(P.q3, up)};
 }
 
 template <int kRows>
