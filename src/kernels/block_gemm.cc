@@ -426,15 +426,16 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
                                 OutRound out, int64_t n_begin, int64_t n_end) {
   const int bk = s.bk;
   const int64_t nkb = s.k / bk;
+  const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
+  const bool use512 = avx512_active();
+  if (packed && a.m <= 4 && s.bk % 2 == 0 && use512)
+    n_begin = detail::gemm_cols_avx512(a, s, ext, y, out, n_begin, std::min(n_end, s.n));
+  if (n_begin >= n_end) return;  // decode on AVX-512: no scratch needed below
   std::vector<float> panels(static_cast<size_t>(kGroup * bk * kTile));
   std::vector<float> rowbuf(static_cast<size_t>(kTile * bk));
   alignas(32) float sws[kGroup * kTile];
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
-  const bool packed = s.kind == Src::kFp8Packed || s.kind == Src::kFp4Packed;
-  const bool use512 = avx512_active();
   std::vector<float> panel32;  // sized on first use by the panel path (not in decode)
-  if (packed && a.m <= 4 && s.bk % 2 == 0 && use512)
-    n_begin = detail::gemm_cols_avx512(a, s, ext, y, out, n_begin, std::min(n_end, s.n));
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
     std::fill(acc.begin(), acc.end(), 0.0f);
