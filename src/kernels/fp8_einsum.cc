@@ -300,6 +300,23 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
 STRATA_AVX512 bool group_scales_pow2(const PackedFp8Weight& w, int64_t t, float limit,
                                      bool uniform_tiles) {
   const int64_t nkb = w.k / w.block_k;
+  if (!w.scales_e8m0.empty() && limit == std::ldexp(1.0f, std::ilogb(limit))) {
+    // UE8M0 bytes (1..254, always a normal power of two): |s| < limit = 2^e means byte <
+    // 127 + e; a tile is uniform when its 8 bytes equal its first (VPSHUFB replicates it).
+    const int e = std::ilogb(limit);
+    const __m512i below = _mm512_set1_epi8(static_cast<char>(std::clamp(127 + e, 0, 255)));
+    // per 128-bit lane: byte 0 for the low qword's 8 bytes, byte 8 for the high qword's
+    const __m512i first = _mm512_broadcast_i32x4(_mm_set_epi64x(0x0808080808080808ll, 0));
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const uint8_t* b = detail::packed_scale_ref(w, t, kb, nkb).e8m0;
+      const __m512i v = _mm512_loadu_si512(b);  // the group's 64 row scales of this block
+      if (127 + e <= 255 && _mm512_cmplt_epu8_mask(v, below) != ~__mmask64{0}) return false;
+      if (uniform_tiles &&
+          _mm512_cmpeq_epi8_mask(v, _mm512_shuffle_epi8(v, first)) != ~__mmask64{0})
+        return false;
+    }
+    return true;
+  }
   // lane 8j of each 16 (row 0 of the zmm's two tiles) against all 16
   const __m512i row0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
   const __m512 lim = _mm512_set1_ps(limit);
