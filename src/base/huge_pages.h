@@ -9,8 +9,9 @@
 // with it set (reexec_with_malloc_huge_pages) when the kernel grants huge pages on request
 // (/sys/kernel/mm/transparent_hugepage/enabled is "[madvise]", Debian's default, or
 // "[always]"). Measured: 3-4 % more decode tok/s on the V4.1 bench model at 1 and 2 threads
-// (docs/PERFORMANCE.md, session 12). Opt out with STRATA_HUGE_PAGES=0, or by setting
-// glibc.malloc.hugetlb yourself in GLIBC_TUNABLES (any value: it is then left alone).
+// (docs/PERFORMANCE.md, session 12). Opt out with STRATA_HUGE_PAGES=0 (do so under valgrind
+// and other tools that do not follow an exec), or by setting glibc.malloc.hugetlb yourself in
+// GLIBC_TUNABLES (any value: it is then left alone).
 //
 // Thread safety: call reexec_with_malloc_huge_pages first thing in main(), before any thread
 // starts; the decision functions are pure.
