@@ -8,10 +8,11 @@
 // the kernel); a tunable is read only at process start, so `strata` re-executes itself once
 // with it set (reexec_with_malloc_huge_pages) when the kernel grants huge pages on request
 // (/sys/kernel/mm/transparent_hugepage/enabled is "[madvise]", Debian's default, or
-// "[always]"). Measured: 3-4 % more decode tok/s on the V4.1 bench model at 1 thread (2 threads:
-// within noise; docs/PERFORMANCE.md, session 12). Opt out with STRATA_HUGE_PAGES=0 (do so under valgrind
-// and other tools that do not follow an exec), or by setting glibc.malloc.hugetlb yourself in
-// GLIBC_TUNABLES (any value: it is then left alone).
+// "[always]"). Measured: 3-4 % more decode tok/s on the V4.1 bench model at 1 thread
+// (2 threads: within noise; docs/PERFORMANCE.md, session 12). Opt out with
+// STRATA_HUGE_PAGES=0 (do so under valgrind and other tools that do not follow an exec), or
+// by setting glibc.malloc.hugetlb yourself in GLIBC_TUNABLES (any value: it is then left
+// alone).
 //
 // Thread safety: call reexec_with_malloc_huge_pages first thing in main(), before any thread
 // starts; the decision functions are pure.
