@@ -115,5 +115,17 @@ TEST(BenchGemvCli, RejectsBadArguments) {
   EXPECT_EQ(run_strata("bench gemv --help", &out), 0);
 }
 
+// A size the machine cannot hold ends with one line and exit 1, not an abort: a 1 EiB
+// bandwidth buffer (its mmap fails at once; huge weight matrices take the same path,
+// std::bad_alloc, but fill gigabytes first).
+TEST(BenchGemvCli, OutOfMemoryIsAFailureNotACrash) {
+  std::string out;
+  EXPECT_EQ(run_strata("bench gemv --bandwidth-mib 1073741824 --mib 1 --threads 1 --repeats 1 "
+                       "--format fp8",
+                       &out, /*with_stderr=*/true),
+            1);
+  EXPECT_NE(out.find("out of memory"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace strata::tools

@@ -1,5 +1,6 @@
 #include "base/huge_pages.h"
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,8 +16,10 @@
 
 namespace strata {
 
-bool want_malloc_huge_pages(const char* strata_huge_pages, const char* glibc_tunables,
-                            std::string_view thp_enabled, std::string_view glibc_version) {
+bool want_malloc_huge_pages(bool reexecuted, bool secure, const char* strata_huge_pages,
+                            const char* glibc_tunables, std::string_view thp_enabled,
+                            std::string_view glibc_version) {
+  if (reexecuted || secure) return false;
   if (strata_huge_pages != nullptr && std::strcmp(strata_huge_pages, "0") == 0) return false;
   if (glibc_tunables != nullptr && std::strstr(glibc_tunables, "glibc.malloc.hugetlb") != nullptr)
     return false;
@@ -36,18 +39,28 @@ std::string tunables_with_hugetlb(const char* existing) {
 
 void reexec_with_malloc_huge_pages(char** argv) {
 #if defined(__linux__) && defined(__GLIBC__)
+  constexpr const char* kMarker = "STRATA_HUGE_PAGES_REEXEC";
+  const bool reexecuted = std::getenv(kMarker) != nullptr;
+  if (reexecuted) unsetenv(kMarker);  // children of this process start clean
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::stringstream thp;
   thp << f.rdbuf();
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (!want_malloc_huge_pages(std::getenv("STRATA_HUGE_PAGES"), tunables, thp.str(),
+  if (!want_malloc_huge_pages(reexecuted, getauxval(AT_SECURE) != 0,
+                              std::getenv("STRATA_HUGE_PAGES"), tunables, thp.str(),
                               gnu_get_libc_version()))
     return;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;  // no /proc (a sandbox): go on as we are
+  self[n] = '\0';
   const bool had = tunables != nullptr;
   const std::string before = had ? tunables : "";
   if (setenv("GLIBC_TUNABLES", tunables_with_hugetlb(tunables).c_str(), 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  // The exec failed (no /proc, a sandbox): go on as we are, with the environment as it was.
+  setenv(kMarker, "1", 1);
+  execv(self, argv);
+  // The exec failed: go on as we are, with the environment as it was.
+  unsetenv(kMarker);
   if (had) {
     setenv("GLIBC_TUNABLES", before.c_str(), 1);
   } else {

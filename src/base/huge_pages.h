@@ -23,19 +23,24 @@
 
 namespace strata {
 
-// Whether to re-execute with the tunable: `strata_huge_pages` (STRATA_HUGE_PAGES, or null) is
-// not "0", `glibc_tunables` (GLIBC_TUNABLES, or null) does not mention glibc.malloc.hugetlb,
-// `thp_enabled` (the sysfs file's text) selects madvise or always, and `glibc_version`
-// ("2.36") is 2.35 or later.
-bool want_malloc_huge_pages(const char* strata_huge_pages, const char* glibc_tunables,
-                            std::string_view thp_enabled, std::string_view glibc_version);
+// Whether to re-execute with the tunable: this process is not itself the re-executed one
+// (`reexecuted`: the private marker STRATA_HUGE_PAGES_REEXEC was set), does not run in
+// secure mode (`secure`: getauxval(AT_SECURE), a setuid binary or one with file capabilities,
+// where glibc drops the tunable and a re-exec would never see it set), `strata_huge_pages`
+// (STRATA_HUGE_PAGES, or null) is not "0", `glibc_tunables` (GLIBC_TUNABLES, or null) does not
+// mention glibc.malloc.hugetlb, `thp_enabled` (the sysfs file's text) selects madvise or
+// always, and `glibc_version` ("2.36") is 2.35 or later.
+bool want_malloc_huge_pages(bool reexecuted, bool secure, const char* strata_huge_pages,
+                            const char* glibc_tunables, std::string_view thp_enabled,
+                            std::string_view glibc_version);
 
 // GLIBC_TUNABLES with glibc.malloc.hugetlb=1 added (`existing` may be null or empty).
 std::string tunables_with_hugetlb(const char* existing);
 
-// If want_malloc_huge_pages says so for this process, sets GLIBC_TUNABLES and execv()s
-// /proc/self/exe with the same argv (same pid); returns only when it did not (not wanted, or
-// the exec failed: the process then goes on as it is).
+// If want_malloc_huge_pages says so for this process, sets GLIBC_TUNABLES and the marker and
+// execv()s this binary (the path /proc/self/exe links to, so the process keeps its name) with
+// the same argv (same pid); returns only when it did not (not wanted, or the exec failed: the
+// process then goes on as it is). The re-executed process removes the marker again.
 void reexec_with_malloc_huge_pages(char** argv);
 
 // This process's anonymous memory and how much of it is in huge pages, in KiB, from

@@ -9,20 +9,27 @@ namespace {
 constexpr const char* kMadvise = "always [madvise] never\n";
 
 TEST(HugePages, WantedOnMadviseOrAlwaysWithNewGlibc) {
-  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "2.36"));
-  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, "[always] madvise never", "2.35"));
-  EXPECT_TRUE(want_malloc_huge_pages("1", "glibc.malloc.arena_max=2", kMadvise, "2.40"));
-  EXPECT_TRUE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "3.0"));
+  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "2.36"));
+  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, "[always] madvise never", "2.35"));
+  EXPECT_TRUE(want_malloc_huge_pages(false, false, "1", "glibc.malloc.arena_max=2", kMadvise, "2.40"));
+  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "3.0"));
 }
 
 TEST(HugePages, NotWantedWhenOffOrAlreadySetOrUnsupported) {
-  EXPECT_FALSE(want_malloc_huge_pages("0", nullptr, kMadvise, "2.36"));               // opt-out
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, "glibc.malloc.hugetlb=1", kMadvise, "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, "glibc.malloc.hugetlb=0", kMadvise, "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, "always madvise [never]", "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, "", "2.36"));                 // no sysfs
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "2.34"));           // too old
-  EXPECT_FALSE(want_malloc_huge_pages(nullptr, nullptr, kMadvise, "unknown"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, "0", nullptr, kMadvise, "2.36"));               // opt-out
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, "glibc.malloc.hugetlb=1", kMadvise, "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, "glibc.malloc.hugetlb=0", kMadvise, "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, "always madvise [never]", "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, "", "2.36"));                 // no sysfs
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "2.34"));           // too old
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "unknown"));
+}
+
+// The re-executed process, and a secure-mode one (setuid, file capabilities: glibc drops
+// the tunable there, so a re-exec would repeat forever), never re-execute.
+TEST(HugePages, NotWantedWhenReexecutedOrSecure) {
+  EXPECT_FALSE(want_malloc_huge_pages(true, false, nullptr, nullptr, kMadvise, "2.36"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, true, nullptr, nullptr, kMadvise, "2.36"));
 }
 
 TEST(HugePages, TunablesKeepWhatWasThere) {

@@ -8,9 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
-#include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
 
@@ -53,7 +53,7 @@ namespace {
 double measure_in_pages(ThreadPool& pool, int64_t n, int passes, PageSize pages) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  STRATA_CHECK_MSG(map != MAP_FAILED, "mmap of the {}-byte bandwidth buffer", bytes);
+  if (map == MAP_FAILED) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   ::madvise(map, bytes, pages == PageSize::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif

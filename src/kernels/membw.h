@@ -12,7 +12,7 @@
 // page sizes read at different rates (2 threads: sometimes 4 KiB pages read ~65 GB/s where
 // huge pages read ~36; 1 thread: huge pages ~34 against ~27), so the roofline is the better
 // of the two, never the flattering one. The overload with `pages` reads one kind only.
-// Errors: STRATA_CHECK if the buffer cannot be mapped.
+// Errors: throws std::bad_alloc if the buffer cannot be mapped.
 // Thread safety: uses the pool exclusively for the duration of the call.
 #pragma once
 

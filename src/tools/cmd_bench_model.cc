@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <random>
 
 #include <fmt/format.h>
@@ -223,7 +224,14 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--json", o->json, "Print JSON");
-    cmd->callback([o] { set_exit_code(run_bench_model(*o)); });
+    cmd->callback([o] {
+      try {
+        set_exit_code(run_bench_model(*o));
+      } catch (const std::bad_alloc&) {  // weights or the bandwidth buffer too large
+        fmt::print(stderr, "strata bench model: out of memory for the requested sizes\n");
+        set_exit_code(1);
+      }
+    });
   }
   {
     auto* cmd = bench->add_subcommand(
