@@ -398,7 +398,7 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
   // the shift decode's flags and activations, or null (every block on the tables)
   const uint8_t* sub = d.pairs112.empty() ? nullptr : s.fp8_subnormal + (t0 / kPackGroup) * nkb;
   const uint32_t* xs0 = sub != nullptr ? d.pairs112.data() + m0 * (K / 2) : nullptr;
-  const uint32_t* xs1 = xs0 + K / 2;
+  const uint32_t* xs1 = xs0 != nullptr ? xs0 + K / 2 : nullptr;
   const __m512i order = _mm512_load_si512(fp8_shift_tables().order);
   const float* sx0 = a.scales + m0 * ldsx;
   const float* sx1 = sx0 + ldsx;
@@ -673,8 +673,8 @@ namespace strata::kernels::detail {
 // exponent field + 112 (exact); *in_range says whether every x is 0 or 2^-9 <= |x| <= 2^15
 // (E4M3 values are), as the shift decode needs. Returns whether every x is a bf16 value (low
 // 16 bits zero). 32 x per step: one VPERMT2W gathers the high words of 16 pairs.
-static STRATA_AVX512_EXT bool fp8_pairs(const float* x, int64_t n, uint32_t* pairs, uint32_t* p112,
-                                 bool* in_range) {
+static STRATA_AVX512_EXT bool fp8_pairs(const float* x, int64_t n, uint32_t* pairs,
+                                        uint32_t* p112, bool* in_range) {
   alignas(64) uint16_t idx[32];
   for (int j = 0; j < 16; ++j) {
     idx[2 * j] = static_cast<uint16_t>(4 * j + 3);      // low word: x[2j+1]'s high word
