@@ -1,7 +1,9 @@
 #include "base/huge_pages.h"
 
+#if defined(__linux__)
 #include <sys/auxv.h>
 #include <unistd.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
