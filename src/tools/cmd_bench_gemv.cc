@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -382,14 +381,7 @@ void setup_bench_gemv(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Random seed of weights and activations")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->callback([o] {
-    try {
-      set_exit_code(run_bench_gemv(*o));
-    } catch (const std::bad_alloc&) {  // weights or the bandwidth buffer too large
-      fmt::print(stderr, "strata bench gemv: out of memory for the requested sizes\n");
-      set_exit_code(1);
-    }
-  });
+  cmd->callback([o] { set_exit_code_of("bench gemv", [&] { return run_bench_gemv(*o); }); });
 }
 }  // namespace
 STRATA_REGISTER_COMMAND("bench_gemv", setup_bench_gemv);

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <new>
 #include <random>
 
 #include <fmt/format.h>
@@ -224,14 +223,7 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--json", o->json, "Print JSON");
-    cmd->callback([o] {
-      try {
-        set_exit_code(run_bench_model(*o));
-      } catch (const std::bad_alloc&) {  // weights or the bandwidth buffer too large
-        fmt::print(stderr, "strata bench model: out of memory for the requested sizes\n");
-        set_exit_code(1);
-      }
-    });
+    cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
   }
   {
     auto* cmd = bench->add_subcommand(

@@ -1,6 +1,8 @@
 #include "tools/command_registry.h"
 
+#include <cstdio>
 #include <map>
+#include <new>
 
 namespace strata::tools {
 namespace {
@@ -21,6 +23,15 @@ void setup_all_commands(CLI::App& app) {
 }
 
 void set_exit_code(int code) { g_exit_code = code; }
+
+void set_exit_code_of(const char* what, const std::function<int()>& run) {
+  try {
+    set_exit_code(run());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "strata %s: out of memory for the requested sizes\n", what);
+    set_exit_code(1);
+  }
+}
 int exit_code() { return g_exit_code; }
 
 }  // namespace strata::tools

@@ -30,6 +30,10 @@ inline CLI::Range threads_range() { return CLI::Range(0, 1024, "0 to 1024"); }
 void set_exit_code(int code);
 int exit_code();
 
+// set_exit_code(run()), except that a std::bad_alloc (sizes the machine cannot hold) prints
+// "strata <what>: out of memory for the requested sizes" and sets 1 instead of aborting.
+void set_exit_code_of(const char* what, const std::function<int()>& run);
+
 }  // namespace strata::tools
 
 #define STRATA_REGISTER_COMMAND(name, fn) \
