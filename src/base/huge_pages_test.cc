@@ -8,21 +8,27 @@ namespace {
 
 constexpr const char* kMadvise = "always [madvise] never\n";
 
+// want(tunables, thp, glibc) with no marker, not secure, STRATA_HUGE_PAGES unset.
+bool want(const char* tunables, const char* thp, const char* glibc) {
+  return want_malloc_huge_pages(false, false, nullptr, tunables, thp, glibc);
+}
+
 TEST(HugePages, WantedOnMadviseOrAlwaysWithNewGlibc) {
-  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "2.36"));
-  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, "[always] madvise never", "2.35"));
-  EXPECT_TRUE(want_malloc_huge_pages(false, false, "1", "glibc.malloc.arena_max=2", kMadvise, "2.40"));
-  EXPECT_TRUE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "3.0"));
+  EXPECT_TRUE(want(nullptr, kMadvise, "2.36"));
+  EXPECT_TRUE(want(nullptr, "[always] madvise never", "2.35"));
+  EXPECT_TRUE(want(nullptr, kMadvise, "3.0"));
+  EXPECT_TRUE(want_malloc_huge_pages(false, false, "1", "glibc.malloc.arena_max=2", kMadvise,
+                                     "2.40"));
 }
 
 TEST(HugePages, NotWantedWhenOffOrAlreadySetOrUnsupported) {
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, "0", nullptr, kMadvise, "2.36"));               // opt-out
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, "glibc.malloc.hugetlb=1", kMadvise, "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, "glibc.malloc.hugetlb=0", kMadvise, "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, "always madvise [never]", "2.36"));
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, "", "2.36"));                 // no sysfs
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "2.34"));           // too old
-  EXPECT_FALSE(want_malloc_huge_pages(false, false, nullptr, nullptr, kMadvise, "unknown"));
+  EXPECT_FALSE(want_malloc_huge_pages(false, false, "0", nullptr, kMadvise, "2.36"));  // opt-out
+  EXPECT_FALSE(want("glibc.malloc.hugetlb=1", kMadvise, "2.36"));
+  EXPECT_FALSE(want("glibc.malloc.hugetlb=0", kMadvise, "2.36"));
+  EXPECT_FALSE(want(nullptr, "always madvise [never]", "2.36"));
+  EXPECT_FALSE(want(nullptr, "", "2.36"));           // no sysfs file
+  EXPECT_FALSE(want(nullptr, kMadvise, "2.34"));     // glibc too old
+  EXPECT_FALSE(want(nullptr, kMadvise, "unknown"));
 }
 
 // The re-executed process, and a secure-mode one (setuid, file capabilities: glibc drops

@@ -623,11 +623,17 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
   } else {
     p.scales.assign(nscales, 0.0f);
   }
+  // Groups and K blocks holding an E4M3 subnormal code (padding rows are zero codes).
+  p.subnormal_blocks.assign(static_cast<size_t>(tiles / kPackGroup * nkb), 0);
   for (int64_t n = 0; n < w.n; ++n) {
     const int64_t t = n / kTile, l = n % kTile;
-    for (int64_t k = 0; k < w.k; ++k)
-      p.codes[packed_code_offset(t, k / bk, nkb, bk, kTile) + packed_k_offset(k % bk, kTile) + l] =
-          w.codes[n * w.k + k];
+    uint8_t* sub = p.subnormal_blocks.data() + (t / kPackGroup) * nkb;
+    for (int64_t k = 0; k < w.k; ++k) {
+      const uint8_t c = w.codes[n * w.k + k];
+      const int64_t off = packed_code_offset(t, k / bk, nkb, bk, kTile) + packed_k_offset(k % bk, kTile);
+      p.codes[off + l] = c;
+      if ((c & 0x78) == 0 && (c & 0x07) != 0) sub[k / bk] = 1;
+    }
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t si = (n / w.block_n) * scols + kb;
       const int64_t di = packed_scale_offset(t, kb, nkb) + l;
@@ -638,15 +644,6 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
       }
     }
   }
-  // Groups and K blocks holding an E4M3 subnormal code (padding rows are zero codes).
-  const int64_t groups = tiles / kPackGroup;
-  p.subnormal_blocks.assign(static_cast<size_t>(groups * nkb), 0);
-  for (int64_t n = 0; n < w.n; ++n)
-    for (int64_t k = 0; k < w.k; ++k) {
-      const uint8_t c = w.codes[n * w.k + k];
-      if ((c & 0x78) == 0 && (c & 0x07) != 0)
-        p.subnormal_blocks[static_cast<size_t>((n / (kPackGroup * kTile)) * nkb + k / bk)] = 1;
-    }
   if (std::find(p.subnormal_blocks.begin(), p.subnormal_blocks.end(), 0) ==
       p.subnormal_blocks.end())
     p.subnormal_blocks.clear();  // every block flagged: nothing for the shift decode

@@ -44,18 +44,14 @@ float sum_scalar(const float* p, int64_t n) {
   return a[0] + a[1] + a[2] + a[3];
 }
 
-}  // namespace
-
-namespace {
-
-// One buffer of n floats in the given page size, first touched by the thread that reads
+// One buffer of n floats in 4 KiB or in huge pages, first touched by the thread that reads
 // each slice; the best of `passes` timed reads after a warm-up.
-double measure_in_pages(ThreadPool& pool, int64_t n, int passes, PageSize pages) {
+double measure_in_pages(ThreadPool& pool, int64_t n, int passes, bool huge) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
-  ::madvise(map, bytes, pages == PageSize::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  ::madvise(map, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
   float* buf = static_cast<float*>(map);
   const int threads = pool.num_threads();
@@ -96,13 +92,8 @@ double measure_in_pages(ThreadPool& pool, int64_t n, int passes, PageSize pages)
 
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
-  return std::max(measure_in_pages(pool, n, passes, PageSize::kSmall),
-                  measure_in_pages(pool, n, passes, PageSize::kHuge));
-}
-
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes, PageSize pages) {
-  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) & ~int64_t{63};
-  return measure_in_pages(pool, n, passes, pages);
+  return std::max(measure_in_pages(pool, n, passes, /*huge=*/false),
+                  measure_in_pages(pool, n, passes, /*huge=*/true));
 }
 
 }  // namespace strata::kernels

@@ -11,7 +11,7 @@
 // packed weights, normally live in huge pages (base/huge_pages.h), and on the dev VM the two
 // page sizes read at different rates (2 threads: sometimes 4 KiB pages read ~65 GB/s where
 // huge pages read ~36; 1 thread: huge pages ~34 against ~27), so the roofline is the better
-// of the two, never the flattering one. The overload with `pages` reads one kind only.
+// of the two, never the flattering one.
 // Errors: throws std::bad_alloc if the buffer cannot be mapped.
 // Thread safety: uses the pool exclusively for the duration of the call.
 #pragma once
@@ -24,9 +24,6 @@ class ThreadPool;
 
 namespace strata::kernels {
 
-enum class PageSize { kSmall, kHuge };
-
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes = 5);
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int passes, PageSize pages);
 
 }  // namespace strata::kernels

@@ -23,6 +23,7 @@ void setup_all_commands(CLI::App& app) {
 }
 
 void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
 
 void set_exit_code_of(const char* what, const std::function<int()>& run) {
   try {
@@ -32,6 +33,5 @@ void set_exit_code_of(const char* what, const std::function<int()>& run) {
     set_exit_code(1);
   }
 }
-int exit_code() { return g_exit_code; }
 
 }  // namespace strata::tools
