@@ -1022,6 +1022,27 @@ __attribute__((target("avx512f,avx2,fma"))) void pv8_heads_avx512(
   _mm512_storeu_ps(acc + 6 * d + i0, a6);
   _mm512_storeu_ps(acc + 7 * d + i0, a7);
 }
+
+// acc_o[h][i] = acc_o[h][i] * rescale[h] + acc[h][i] (one rounding each, as the scalar loop),
+// d % 16 == 0.
+__attribute__((target("avx512f"))) void rescale_add_heads(float* acc_o, const float* acc,
+                                                          const float* rescale, int64_t n_heads,
+                                                          int64_t d) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const __m512 r = _mm512_set1_ps(rescale[h]);
+    for (int64_t i = h * d; i < (h + 1) * d; i += 16)
+      _mm512_storeu_ps(acc_o + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(acc_o + i), r),
+                                                _mm512_loadu_ps(acc + i)));
+  }
+}
+
+// out[i] = round_to_bf16(acc_o[i] / se) for i in [0, d), d % 16 == 0.
+__attribute__((target("avx512f"))) void normalize_bf16(const float* acc_o, float se, int64_t d,
+                                                       float* out) {
+  const __m512 s = _mm512_set1_ps(se);
+  for (int64_t i = 0; i < d; i += 16)
+    _mm512_storeu_ps(out + i, bf16_round16(_mm512_div_ps(_mm512_loadu_ps(acc_o + i), s)));
+}
 }  // namespace
 
 void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int64_t n_heads,
@@ -1042,9 +1063,9 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
     for (int64_t h = 0; h < H; ++h) {
       const float* sc = scores + h * n_rows + t0;
       const int64_t qh = qh0 + h;
-      float bmax = kNegInf;
+      float bmax = kNegInf;  // std::max(bmax, sc[t]), kept in a register
       for (int64_t t = 0; t < nb; ++t)
-        if (rows[t0 + t]) bmax = std::max(bmax, sc[t]);
+        if (rows[t0 + t] && bmax < sc[t]) bmax = sc[t];
       const float m_new = std::max(m[h], bmax);
       rescale[h] = torch_exp_at(m[h] - m_new, qh, SH);
       int64_t t = 0;
@@ -1067,13 +1088,21 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
       std::fill_n(&acc[h * d], d, 0.0f);
       pv_accumulate(rows + t0, &pb[h * kBlock], nb, d, &acc[h * d]);
     }
-    for (int64_t hh = 0; hh < H; ++hh)
-      for (int64_t i = 0; i < d; ++i)
-        acc_o[hh * d + i] = acc_o[hh * d + i] * rescale[hh] + acc[hh * d + i];
+    if (vec) {
+      rescale_add_heads(acc_o.data(), acc.data(), rescale.data(), H, d);
+    } else {
+      for (int64_t hh = 0; hh < H; ++hh)
+        for (int64_t i = 0; i < d; ++i)
+          acc_o[hh * d + i] = acc_o[hh * d + i] * rescale[hh] + acc[hh * d + i];
+    }
   }
   for (int64_t h = 0; h < H; ++h) {
     const float se = sum_exp[h] + torch_exp_at(sinks[h] - m[h], qh0 + h, SH);
-    for (int64_t i = 0; i < d; ++i) out[h * d + i] = round_to_bf16(acc_o[h * d + i] / se);
+    if (vec) {
+      normalize_bf16(&acc_o[h * d], se, d, &out[h * d]);
+    } else {
+      for (int64_t i = 0; i < d; ++i) out[h * d + i] = round_to_bf16(acc_o[h * d + i] / se);
+    }
   }
 }
 
