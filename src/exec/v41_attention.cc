@@ -24,6 +24,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
 #include "exec/selected_rows.h"
 #include "exec/v41_forward_ctx.h"
 #include "kernels/fp8_einsum.h"
@@ -178,7 +179,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   };
   // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):
   // below that a dispatch costs more than it saves.
-  if (pool_ != nullptr) {
+  if (profile::PhaseScope phase("indexer: scores"); pool_ != nullptr) {
     pool_->parallel_for(clen, score_keys, 64);
   } else {
     score_keys(0, clen);
@@ -307,7 +308,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     auto read_ring = [&](int64_t b, int64_t e) {
       c.seq->read_window_rows(L, ring0 + b, e - b, ring_rows + b * hd);
     };
-    if (pool_) {
+    if (profile::PhaseScope phase("attention: window rows"); pool_) {
       pool_->parallel_for(s0 - ring0, read_ring, 16);
     } else {
       read_ring(0, s0 - ring0);
@@ -316,7 +317,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
   const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
   thread_local SelectedRows crows;  // scratch kept across calls, as `ring`
-  if (topk) {
+  if (profile::PhaseScope phase("attention: selected rows"); topk) {
     crows.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
       c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);
     }, pool_.get());
@@ -363,11 +364,18 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
                              &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
       for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, p, true);
     };
+    {
+      profile::PhaseScope phase("attention: scores");
+      if (par) {
+        pool_->parallel_for(nr, score_rows);
+      } else {
+        score_rows(0, nr);
+      }
+    }
+    profile::PhaseScope phase("attention: softmax, pv");
     if (par) {
-      pool_->parallel_for(nr, score_rows);
       pool_->parallel_for(H, heads);
     } else {
-      score_rows(0, nr);
       heads(0, H);
     }
   }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41_model.h"
 #include "exec/v41_forward_ctx.h"
@@ -155,7 +156,8 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
   int64_t elems = 0;  // below ~4K elements (a few us) a dispatch costs more than it saves
   for (size_t i = 0; i < n; ++i)
     elems += static_cast<int64_t>(calls[i].toks.size()) * calls[i].w->w1.out;
-  if (pool_ && pool_->num_threads() > 1 && work > 1 && elems >= 4096) {
+  if (profile::PhaseScope phase("moe: swiglu, act quant");
+      pool_ && pool_->num_threads() > 1 && work > 1 && elems >= 4096) {
     pool_->parallel_for(work, run_pieces);
   } else {
     run_pieces(0, work);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/block_gemm_internal.h"
@@ -496,7 +497,17 @@ void run_cols(const QuantActs& a, const Src& s, const ExtActs* ext, float* y, Ou
 // out small ranges round-robin was no faster at 2 threads, 1-group ranges 25 % slower; the
 // home ranges keep each thread's stream contiguous.) The extension paths' activation data
 // is prepared once here, not per range and thread.
+// Bytes of weight codes and scales a GEMM over `s` reads (packed layouts; raw layouts: 0), for
+// profile::PhaseScope.
+double packed_bytes(const Src& s) {
+  if (s.kind != Src::kFp8Packed && s.kind != Src::kFp4Packed) return 0;
+  const double scales = static_cast<double>(s.n) * static_cast<double>(s.k / s.bk) *
+                        (s.pscales_e8m0 != nullptr ? 1.0 : 4.0);
+  return static_cast<double>(s.n) * static_cast<double>(s.k) * (s.fp4() ? 0.5 : 1.0) + scales;
+}
+
 void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* pool) {
+  profile::PhaseScope phase(s.fp4() ? "fp4 gemm" : "fp8 gemm", packed_bytes(s));
   const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
   const int64_t n = s.n;
   const int64_t tiles = (n + kTile - 1) / kTile;
@@ -711,6 +722,17 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
     int64_t ext_of = -1;            // the job whose ext this one shares (same activations)
   };
   std::vector<Prep> prep(static_cast<size_t>(n_jobs));
+  bool any_fp4 = false;
+  double batch_bytes = 0;
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    any_fp4 = any_fp4 || jobs[j].fp4 != nullptr;
+    if (jobs[j].a.m > 0)
+      batch_bytes += jobs[j].fp4 != nullptr ? packed_bytes(src_of(*jobs[j].fp4))
+                     : jobs[j].fp8 != nullptr ? packed_bytes(src_of(*jobs[j].fp8))
+                                              : 0.0;
+  }
+  profile::PhaseScope phase(any_fp4 ? "gemm batch with fp4 (experts)" : "gemm batch fp8",
+                            batch_bytes);
   double total = 0;
   int64_t all_groups = 0;
   for (int64_t j = 0; j < n_jobs; ++j) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "kernels/act_quant.h"
 #include "kernels/avx2_common.h"
@@ -555,6 +556,9 @@ void tiles_avx2(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w
 void fp8_dequant_gemm_f64(const float* x, int64_t m, int64_t ldx, const PackedFp8Weight& w,
                           int64_t n_begin, int64_t n_end, float* y, int64_t ldy,
                           ThreadPool* pool) {
+  profile::PhaseScope phase("fp8 einsum, f64 (wo_a)", static_cast<double>(w.bytes()) *
+                                                          static_cast<double>(n_end - n_begin) /
+                                                          static_cast<double>(std::max<int64_t>(w.n, 1)));
   STRATA_CHECK(n_begin % kTile == 0 && n_begin >= 0 && n_end <= w.n && n_begin <= n_end);
   STRATA_CHECK(ldx >= w.k && w.k % w.block_k == 0);
   if (m == 0 || n_begin == n_end) return;
@@ -584,6 +588,7 @@ void fp8_dequant_gemm_f64_grouped(const float* x, int64_t m, int64_t ldx,
                                   const PackedFp8Weight& w, int64_t groups,
                                   int64_t x_group_stride, float* y, int64_t ldy,
                                   ThreadPool* pool) {
+  profile::PhaseScope phase("fp8 einsum, f64 (wo_a)", static_cast<double>(w.bytes()));
   STRATA_CHECK(groups >= 1 && w.n % groups == 0 && (w.n / groups) % kTile == 0);
   STRATA_CHECK(ldx >= w.k && w.k % w.block_k == 0);
   if (m == 0) return;

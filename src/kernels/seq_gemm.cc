@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "kernels/avx2_common.h"
 #include "kernels/cpu_features.h"
@@ -284,6 +285,9 @@ void seq_gemm_packed(const float* x, int64_t m, const PackedSeqWeight& w, float*
   STRATA_CHECK(m >= 0 && w.n > 0 && w.k > 0);
   if (m == 0) return;
   const int64_t tiles = (w.n + kTile - 1) / kTile;
+  profile::PhaseScope phase(w.n < 2 * kGroup * kTile ? "bf16/f32 gemm, n < 64"
+                                                     : "bf16/f32 gemm",
+                            static_cast<double>(w.bytes()));
   // Below ~256K multiply-adds and 256 KiB of weights a pool dispatch (several us) costs more
   // than it saves. (A few rows over a long K, like the mHC mixes' 24 x 8192 f32, are few
   // multiply-adds but 768 KiB to stream: they are split too.)

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/huge_pages.h"
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "exec/llama_runner.h"
 #include "exec/runner_factory.h"
@@ -33,6 +34,7 @@ struct BenchModelCli {
   int repeats = 3;
   int64_t bw_mib = 1024;
   bool json = false;
+  bool breakdown = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -104,15 +106,21 @@ int run_bench_model(BenchModelCli& o) {
     const double tp = seconds_since(t0);
     auto t1 = Clock::now();
     const double c1 = cpu_seconds();
+    if (o.breakdown && rep > 0) {
+      if (rep == 1) profile::reset();
+      profile::set_enabled(true);
+    }
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
       const int32_t next = argmax(logits);
       StepItem d{seq, std::span<const int32_t>(&next, 1), true};
       if (Status st = runner.step({&d, 1}, &logits); !st.ok()) {
+        profile::set_enabled(false);
         fmt::print(stderr, "strata bench model: {}\n", st.to_string());
         return 1;
       }
     }
     const double td = seconds_since(t1);
+    profile::set_enabled(false);
     if (rep > 0) {
       decode_cpu += cpu_seconds() - c1;
       decode_wall += td;
@@ -143,6 +151,12 @@ int run_bench_model(BenchModelCli& o) {
   // whether the machine was busy; CPU-time accounting in VMs can be coarse).
   const double cpu_util = decode_cpu / std::max(1e-9, decode_wall * threads);
   const AnonMemory mem = anon_memory();  // huge pages: base/huge_pages.h
+  // Per decode token: each profiled phase, and the rest of the decode wall time.
+  const double measured_tokens = static_cast<double>(o.repeats * o.decode_tokens);
+  const std::vector<profile::PhaseTotals> phases =
+      o.breakdown ? profile::snapshot() : std::vector<profile::PhaseTotals>{};
+  double phase_seconds = 0;
+  for (const auto& ph : phases) phase_seconds += ph.seconds;
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
@@ -163,6 +177,19 @@ int run_bench_model(BenchModelCli& o) {
                         {"anon_memory_mib", mem.anon_kib / 1024.0},
                         {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
                         {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
+    if (o.breakdown) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& ph : phases)
+        if (ph.calls > 0)
+          list.push_back({{"phase", ph.name},
+                          {"calls_per_token", ph.calls / measured_tokens},
+                          {"ms_per_token", 1e3 * ph.seconds / measured_tokens},
+                          {"mb_per_token", ph.bytes / 1e6 / measured_tokens},
+                          {"gbs", ph.seconds > 0 ? ph.bytes / ph.seconds / 1e9 : 0.0}});
+      j["decode_phases"] = list;
+      j["decode_ms_per_token"] = 1e3 * decode_wall / measured_tokens;
+      j["decode_other_ms_per_token"] = 1e3 * (decode_wall - phase_seconds) / measured_tokens;
+    }
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("model          {} ({})\n", o.model, info.architecture);
@@ -188,6 +215,21 @@ int run_bench_model(BenchModelCli& o) {
                  "reaches {:.1f}% ({:.2f} GB/s)\n",
                  bytes_per_token / 1e6, roofline_tps, bw / 1e9, 100.0 * decode_tps / roofline_tps,
                  achieved / 1e9);
+    if (o.breakdown) {
+      fmt::print("decode phases  per token over {} x {} tokens, wall time on the calling thread "
+                 "(a phase's pool dispatch included)\n",
+                 o.repeats, o.decode_tokens);
+      fmt::print("  {:<32} {:>7} {:>8} {:>9} {:>7}\n", "phase", "calls", "ms", "MB", "GB/s");
+      for (const auto& ph : phases)
+        if (ph.calls > 0)
+          fmt::print("  {:<32} {:>7.1f} {:>8.3f} {:>9.2f} {:>7.1f}\n", ph.name,
+                     ph.calls / measured_tokens, 1e3 * ph.seconds / measured_tokens,
+                     ph.bytes / 1e6 / measured_tokens,
+                     ph.seconds > 0 ? ph.bytes / ph.seconds / 1e9 : 0.0);
+      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "(not in a phase)", "",
+                 1e3 * (decode_wall - phase_seconds) / measured_tokens);
+      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "decode token", "", 1e3 * decode_wall / measured_tokens);
+    }
   }
   return 0;
 }
@@ -223,6 +265,8 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->add_flag("--breakdown", o->breakdown,
+                  "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
   }
   {
