@@ -31,8 +31,10 @@ std::string model_dir() {
   return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/deepseek-v41-tiny";
 }
 
-std::unique_ptr<DeepseekV41Model> load(bool scalar, int threads, std::string dir = model_dir()) {
+std::unique_ptr<DeepseekV41Model> load(bool scalar, int threads, std::string dir = model_dir(),
+                                       int64_t min_parallel_attention_macs = int64_t{1} << 16) {
   V41LoadOptions o;
+  o.min_parallel_attention_macs = min_parallel_attention_macs;
   o.state_max_tokens = 256;
   o.scalar_reference = scalar;
   o.threads = threads;
@@ -46,13 +48,18 @@ std::vector<float> run(const DeepseekV41Model& m, int64_t n, int64_t chunk, int 
                                                    [](V41ForwardOptions& o) { o.decode_step = true; });
 }
 
+// fast3p: attention over the pool even for the tiny model's few multiply-adds, so that its
+// pooled paths run too (decode: each thread reads the KV rows for its own heads; prefill:
+// scores split by rows, heads split over threads).
 TEST(V41PackedKernels, BitIdenticalToScalarReference) {
   auto ref = load(true, 1);
   auto fast1 = load(false, 1);
   auto fast3 = load(false, 3);
+  auto fast3p = load(false, 3, model_dir(), 0);
+  auto fast2p = load(false, 2, model_dir(), 0);
   for (auto [n, chunk] : {std::pair<int64_t, int64_t>{70, 0}, {70, 7}, {5, 0}}) {
     const std::vector<float> want = run(*ref, n, chunk, 4);
-    for (const DeepseekV41Model* m : {fast1.get(), fast3.get()}) {
+    for (const DeepseekV41Model* m : {fast1.get(), fast3.get(), fast3p.get(), fast2p.get()}) {
       const std::vector<float> got = run(*m, n, chunk, 4);
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))

@@ -173,6 +173,7 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   }
   m->max_context_ = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
   if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
+  m->min_parallel_attention_macs_ = options.min_parallel_attention_macs;
   STRATA_ASSIGN_OR_RETURN(StateGraph g, StateGraph::from_deepseek(c));
   m->state_graph_.emplace(std::move(g));
   m->state_max_tokens_ = options.state_max_tokens > 0 ? options.state_max_tokens

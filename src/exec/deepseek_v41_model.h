@@ -99,6 +99,10 @@ struct V41LoadOptions {
   // Run the scalar reference loops instead of the repacked vector kernels (same results
   // bit for bit; for A/B tests and debugging). No extra weight copy is made.
   bool scalar_reference = false;
+  // Attention of one query over the pool only when heads x KV rows x head_dim reaches this
+  // many multiply-adds (below, a dispatch costs more than it saves); tests lower it to run
+  // the pooled paths on tiny models.
+  int64_t min_parallel_attention_macs = int64_t{1} << 16;
 };
 
 class DeepseekV41Model {
@@ -165,6 +169,7 @@ class DeepseekV41Model {
   std::optional<EngramHasher> engram_hasher_;
   std::vector<v41::RopeTable> rope_;  // per backbone layer
   int64_t max_context_ = 0;
+  int64_t min_parallel_attention_macs_ = int64_t{1} << 16;
   std::optional<StateGraph> state_graph_;
   int64_t state_max_tokens_ = 0;
   bool legacy_state_ = false;

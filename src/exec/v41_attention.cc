@@ -293,42 +293,26 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const float* sink = aw.attn_sink.f32();
   std::vector<float> o(S * H * hd);
-  std::vector<const float*> rows;
   // Ring rows of earlier calls this call's queries can see: [max(0, s0-W+1), s0), read once
   // (before this call's rows overwrite their slots).
   const int64_t ring0 = std::max<int64_t>(0, s0 - W + 1);
-  // Per-thread scratch kept across calls: rewritten before it is read, so it need not be
-  // zeroed (a fresh vector here cleared ~256 KB per layer and token).
-  thread_local std::vector<float> ring;
-  if (ring.size() < static_cast<size_t>((s0 - ring0) * hd)) ring.resize((s0 - ring0) * hd);
-  {
-    // Decoded over the pool, at least 16 rows per thread (fewer run inline). `ring` is
-    // thread_local: the lambda must use this thread's buffer by pointer.
-    float* const ring_rows = ring.data();
-    auto read_ring = [&](int64_t b, int64_t e) {
-      c.seq->read_window_rows(L, ring0 + b, e - b, ring_rows + b * hd);
-    };
-    if (profile::PhaseScope phase("attention: window rows"); pool_) {
-      pool_->parallel_for(s0 - ring0, read_ring, 16);
-    } else {
-      read_ring(0, s0 - ring0);
-    }
-  }
-  // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
   const int64_t cavail = ls.ratio > 0 ? (s0 + S) / ls.ratio : 0;
-  thread_local SelectedRows crows;  // scratch kept across calls, as `ring`
-  if (profile::PhaseScope phase("attention: selected rows"); topk) {
-    crows.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
+  auto read_ring = [&](float* out, int64_t b, int64_t e) {
+    c.seq->read_window_rows(L, ring0 + b, e - b, out + b * hd);
+  };
+  auto read_selected = [&](SelectedRows& into, ThreadPool* pool) {
+    into.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
       c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);
-    }, pool_.get());
-  }
-  auto compressed_ptr = [&](int64_t g) { return crows.row(g); };
-  std::vector<float> qT(hd * H), scores;
-  for (int64_t i = 0; i < S; ++i) {
+    }, pool);
+  };
+  // The KV row list of query i: the window (ring rows in `ring_rows`, this call's rows in kv),
+  // then the selected compressed rows (in `sel_rows`).
+  auto gather_rows = [&](int64_t i, const float* ring_rows, const SelectedRows& sel_rows,
+                         std::vector<const float*>& out) {
     const int64_t p = s0 + i;
-    rows.clear();
+    out.clear();
     auto window_ptr = [&](int64_t pos) -> const float* {
-      return pos >= s0 ? &kv[(pos - s0) * hd] : &ring[(pos - ring0) * hd];
+      return pos >= s0 ? &kv[(pos - s0) * hd] : &ring_rows[(pos - ring0) * hd];
     };
     if (!c.decode_step) {
       // Reference prefill layout: min(L, W) entries from max(0, p-W+1), unreachable trailing.
@@ -336,51 +320,109 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       const int64_t first = std::max<int64_t>(p - W + 1, 0);
       for (int64_t j = 0; j < width; ++j) {
         const int64_t pos = first + j;
-        rows.push_back(pos <= p ? window_ptr(pos) : nullptr);
+        out.push_back(pos <= p ? window_ptr(pos) : nullptr);
       }
     } else {
       for (int64_t j = 0; j < W; ++j) {
         const int64_t pos = p - W + 1 + j;
-        rows.push_back(pos >= 0 ? window_ptr(pos) : nullptr);
+        out.push_back(pos >= 0 ? window_ptr(pos) : nullptr);
       }
     }
     if (topk) {
       const auto& sel = topk->rows[i];
-      for (int32_t g : sel) rows.push_back(compressed_ptr(g));
-      for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) rows.push_back(nullptr);
+      for (int32_t g : sel) out.push_back(sel_rows.row(g));
+      for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) out.push_back(nullptr);
     }
-    // One KV row list for all heads (MQA): score every head against it at once, rows split
-    // over the pool; then heads (independent output rows) split over the pool.
-    const int64_t nr = static_cast<int64_t>(rows.size());
+  };
+  // Heads [h0, h1) of query i against `rows`: scores, softmax and PV (sparse_attn_heads), then
+  // the output's rope dims de-rotated. qT / scores: scratch.
+  auto attend_heads = [&](int64_t i, const std::vector<const float*>& rows, int64_t h0,
+                          int64_t h1, std::vector<float>& qT, std::vector<float>& scores) {
+    const int64_t nh = h1 - h0, nr = static_cast<int64_t>(rows.size());
+    qT.resize(hd * nh);
     for (int64_t j = 0; j < hd; ++j)
-      for (int64_t h = 0; h < H; ++h) qT[j * H + h] = q[(i * H + h) * hd + j];
-    scores.resize(H * nr);
-    const bool par = pool_ && pool_->num_threads() > 1 && H * nr * hd >= (int64_t{1} << 16);
-    auto score_rows = [&](int64_t t0, int64_t t1) {
-      v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), t0, t1);
-    };
-    auto heads = [&](int64_t h0, int64_t h1) {
-      v41::sparse_attn_heads(rows.data(), nr, hd, h1 - h0, sink + h0, &scores[h0 * nr],
-                             &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
-      for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, p, true);
-    };
+      for (int64_t h = 0; h < nh; ++h) qT[j * nh + h] = q[(i * H + h0 + h) * hd + j];
+    scores.resize(nh * nr);
+    v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, nh, scale, scores.data(), 0, nr);
+    v41::sparse_attn_heads(rows.data(), nr, hd, nh, sink + h0, scores.data(),
+                           &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
+    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+  };
+  const int64_t rows_per_query = W + (topk ? topk->width : 0);
+  if (c.decode_step && S == 1 && pool_ && pool_->num_threads() > 1 &&
+      H * rows_per_query * hd >= min_parallel_attention_macs_) {
+    // One decode token over the pool: each thread takes a range of heads and reads every KV
+    // row it needs itself, into its own scratch. Splitting the row reads, the scores by rows
+    // and the heads over the threads (the path below) made each thread read rows another one
+    // had decoded: on this VM, when its two vCPUs sit apart (the 60+ GB/s bandwidth
+    // readings), that took 4-6 ms per token of the bench model against ~2 ms on one thread
+    // (docs/PERFORMANCE.md, session 13). Reading the ~0.3 MB of rows twice costs less.
+    profile::PhaseScope phase("attention, heads over threads");
+    pool_->parallel_for(H, [&](int64_t h0, int64_t h1) {
+      thread_local std::vector<float> t_ring, t_qT, t_scores;
+      thread_local SelectedRows t_sel;
+      thread_local std::vector<const float*> t_rows;
+      if (t_ring.size() < static_cast<size_t>((s0 - ring0) * hd)) t_ring.resize((s0 - ring0) * hd);
+      read_ring(t_ring.data(), 0, s0 - ring0);
+      if (topk) read_selected(t_sel, nullptr);
+      gather_rows(0, t_ring.data(), t_sel, t_rows);
+      attend_heads(0, t_rows, h0, h1, t_qT, t_scores);
+      t_sel.trim(size_t{4} << 20);
+    });
+  } else {
+    // Per-thread scratch kept across calls: rewritten before it is read, so it need not be
+    // zeroed (a fresh vector here cleared ~256 KB per layer and token).
+    thread_local std::vector<float> ring;
+    if (ring.size() < static_cast<size_t>((s0 - ring0) * hd)) ring.resize((s0 - ring0) * hd);
     {
-      profile::PhaseScope phase("attention: scores");
-      if (par) {
-        pool_->parallel_for(nr, score_rows);
+      // Decoded over the pool, at least 16 rows per thread (fewer run inline). `ring` is
+      // thread_local: the lambda must use this thread's buffer by pointer.
+      float* const ring_rows = ring.data();
+      auto read = [&](int64_t b, int64_t e) { read_ring(ring_rows, b, e); };
+      if (profile::PhaseScope phase("attention: window rows"); pool_) {
+        pool_->parallel_for(s0 - ring0, read, 16);
       } else {
-        score_rows(0, nr);
+        read(0, s0 - ring0);
       }
     }
-    profile::PhaseScope phase("attention: softmax, pv");
-    if (par) {
+    // Compressed rows of the kv owner that some query selected (exec/selected_rows.h).
+    thread_local SelectedRows crows;  // scratch kept across calls, as `ring`
+    if (profile::PhaseScope phase("attention: selected rows"); topk) read_selected(crows, pool_.get());
+    std::vector<const float*> rows;
+    std::vector<float> qT(hd * H), scores;
+    for (int64_t i = 0; i < S; ++i) {
+      gather_rows(i, ring.data(), crows, rows);
+      // One KV row list for all heads (MQA): score every head against it at once, rows split
+      // over the pool; then heads (independent output rows) split over the pool.
+      const int64_t nr = static_cast<int64_t>(rows.size());
+      const bool par =
+          pool_ && pool_->num_threads() > 1 && H * nr * hd >= min_parallel_attention_macs_;
+      if (!par) {
+        profile::PhaseScope phase("attention: scores, softmax, pv");
+        attend_heads(i, rows, 0, H, qT, scores);
+        continue;
+      }
+      for (int64_t j = 0; j < hd; ++j)
+        for (int64_t h = 0; h < H; ++h) qT[j * H + h] = q[(i * H + h) * hd + j];
+      scores.resize(H * nr);
+      auto score_rows = [&](int64_t t0, int64_t t1) {
+        v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), t0, t1);
+      };
+      auto heads = [&](int64_t h0, int64_t h1) {
+        v41::sparse_attn_heads(rows.data(), nr, hd, h1 - h0, sink + h0, &scores[h0 * nr],
+                               &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
+        for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+      };
+      {
+        profile::PhaseScope phase("attention: scores");
+        pool_->parallel_for(nr, score_rows);
+      }
+      profile::PhaseScope phase("attention: softmax, pv");
       pool_->parallel_for(H, heads);
-    } else {
-      heads(0, H);
     }
+    crows.trim(size_t{4} << 20);  // keep at most 4 MB of scratch between calls
   }
 
-  crows.trim(size_t{4} << 20);  // keep at most 4 MB of scratch between calls
 
   // Seed the ring with this call's rows (after attention, see the file comment).
   for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
