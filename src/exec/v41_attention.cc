@@ -423,7 +423,6 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     crows.trim(size_t{4} << 20);  // keep at most 4 MB of scratch between calls
   }
 
-
   // Seed the ring with this call's rows (after attention, see the file comment).
   for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
     c.seq->write_window_row(L, s0 + i, &kv[i * hd]);
