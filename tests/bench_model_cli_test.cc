@@ -48,6 +48,52 @@ TEST(BenchModelCli, RooflineUsesTheHigherBandwidthReading) {
   EXPECT_EQ(j["decode_tokens"], 3);
 }
 
+// --breakdown: the decode phases of the V4.1 forward (GEMM families, attention), per token;
+// their times plus the rest add up to the measured decode time per token, and the token
+// time agrees with the reported rate (a median of one repeat: the same run). Without the
+// flag, no phase keys.
+TEST(BenchModelCli, BreakdownPhasesAddUpToTheDecodeToken) {
+  std::string out;
+  const int rc = run_strata("bench model --model " + v41_dir() +
+                                " --prompt-tokens 6 --decode-tokens 4 --repeats 1 --threads 2 "
+                                "--bandwidth-mib 8 --json --breakdown",
+                            &out);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_TRUE(j.contains("decode_phases")) << out;
+  const auto& phases = j["decode_phases"];
+  ASSERT_TRUE(phases.is_array());
+  double sum = 0;
+  bool gemm = false, attention = false;
+  for (const auto& p : phases) {
+    const std::string name = p["phase"];
+    gemm = gemm || name.find("gemm") != std::string::npos;
+    attention = attention || name.find("attention") != std::string::npos;
+    EXPECT_GT(p["calls_per_token"].get<double>(), 0.0) << name;
+    EXPECT_GE(p["ms_per_token"].get<double>(), 0.0) << name;
+    sum += p["ms_per_token"].get<double>();
+  }
+  EXPECT_TRUE(gemm) << out;
+  EXPECT_TRUE(attention) << out;
+  const double token_ms = j["decode_ms_per_token"], other_ms = j["decode_other_ms_per_token"];
+  EXPECT_GE(other_ms, 0.0);
+  EXPECT_NEAR(sum + other_ms, token_ms, 1e-6 * token_ms);
+  EXPECT_NEAR(1000.0 / token_ms, j["decode_tok_s"].get<double>(),
+              1e-6 * j["decode_tok_s"].get<double>());
+
+  std::string plain;
+  ASSERT_EQ(run_strata("bench model --model " + v41_dir() +
+                           " --prompt-tokens 6 --decode-tokens 2 --repeats 1 --threads 1 "
+                           "--bandwidth-mib 8 --json",
+                       &plain),
+            0)
+      << plain;
+  const auto k = nlohmann::json::parse(plain.substr(plain.find('{')), nullptr, false);
+  ASSERT_FALSE(k.is_discarded()) << plain;
+  EXPECT_FALSE(k.contains("decode_phases"));
+}
+
 TEST(BenchModelCli, RejectsAContextOverflow) {
   std::string out;
   const int rc = run_strata("bench model --model " + v41_dir() +
