@@ -103,5 +103,13 @@ TEST(BenchModelCli, RejectsAContextOverflow) {
   EXPECT_NE(out.find("exceed the context"), std::string::npos) << out;
 }
 
+// A count of 0 is a usage error with a message that names the option and the rule.
+TEST(BenchModelCli, RejectsZeroRepeatsClearly) {
+  std::string out;
+  const int rc = run_strata("bench model --model " + v41_dir() + " --repeats 0", &out, true);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--repeats: must be greater than 0 (got 0)"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace strata::tools

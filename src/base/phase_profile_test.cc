@@ -13,6 +13,8 @@ const PhaseTotals* find(const std::vector<PhaseTotals>& v, const std::string& na
     if (t.name == name) return &t;
   return nullptr;
 }
+// A pointer into a temporary snapshot would dangle: keep the snapshot in a variable.
+const PhaseTotals* find(std::vector<PhaseTotals>&& v, const std::string& name) = delete;
 
 // Disabled: scopes record nothing. Enabled: calls, bytes and time per name; a scope inside
 // another counts as part of the outer one only; reset() zeroes the totals.
@@ -20,7 +22,8 @@ TEST(PhaseProfile, CountsOutermostScopesOnlyWhenEnabled) {
   set_enabled(false);
   reset();
   { PhaseScope s("test: off", 100); }
-  const auto* off = find(snapshot(), "test: off");
+  const auto before = snapshot();
+  const auto* off = find(before, "test: off");
   EXPECT_TRUE(off == nullptr || off->calls == 0);
 
   set_enabled(true);
@@ -40,7 +43,8 @@ TEST(PhaseProfile, CountsOutermostScopesOnlyWhenEnabled) {
   EXPECT_TRUE(inner == nullptr || inner->calls == 0);
 
   reset();
-  const auto* zeroed = find(snapshot(), "test: outer");
+  const auto after = snapshot();
+  const auto* zeroed = find(after, "test: outer");
   ASSERT_NE(zeroed, nullptr);
   EXPECT_EQ(zeroed->calls, 0);
   EXPECT_EQ(zeroed->seconds, 0.0);

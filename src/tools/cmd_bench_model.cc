@@ -260,10 +260,10 @@ void setup_bench_model(CLI::App& app) {
         ->check(threads_range());
     cmd->add_option("--repeats", o->repeats, "Measured repetitions (after one warm-up)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(positive());
     cmd->add_option("--bandwidth-mib", o->bw_mib, "Buffer size of the bandwidth measurement")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(positive());
     cmd->add_flag("--json", o->json, "Print JSON");
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");

@@ -7,6 +7,7 @@
 // A subcommand callback returns its process exit status through `set_exit_code`.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -25,6 +26,22 @@ void setup_all_commands(CLI::App& app);
 // The accepted range of every --threads option: 0 (the CPUs this process may use) to 1024. (An unbounded count
 // made thread creation fail with an uncaught std::system_error.)
 inline CLI::Range threads_range() { return CLI::Range(0, 1024, "0 to 1024"); }
+
+// Counts, lengths and scales that must be > 0. (CLI::PositiveNumber's message for 0 read
+// "Value 0 not in range 0.000000 to 1.79769e+308".)
+inline CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double d = std::stod(v, &used);
+          if (used == v.size() && d > 0) return {};
+        } catch (const std::exception&) {
+        }
+        return "must be greater than 0 (got " + v + ")";
+      },
+      "POSITIVE");
+}
 
 // The exit status main() returns after the subcommand callback ran (default 0).
 void set_exit_code(int code);
