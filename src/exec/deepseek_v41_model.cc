@@ -1,6 +1,7 @@
 // DeepseekV41Model: load, top-level forward, mHC, Engram, MoE. Attention lives in
 // v41_attention.cc. Reference: model.py Transformer / Block / Engram / Gate / Expert / MoE,
 // kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
+#include "base/phase_profile.h"
 #include "exec/deepseek_v41_model.h"
 
 #include <immintrin.h>
@@ -302,26 +303,45 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     const V41BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
     if (ls.engram_before) {
+      profile::PhaseScope phase("engram (table rows, projections)");
       engram(L, c);
       dump(ln + "engram_out", c.h.data(), {S, hc, D});
     }
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
-    hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preA.data(), postA.data(), combA.data(), c.vbase, c.vS, pool_.get());
-    hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
-    v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
+    {
+      profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(bw.hc_attn.fn.num_bytes));
+      hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps,
+               cf.hc_eps, preA.data(), postA.data(), combA.data(), c.vbase, c.vS, pool_.get());
+    }
+    {
+      profile::PhaseScope phase("mhc: pre + rms norm");
+      hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
+      v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
+    }
     attention(L, xn.data(), c, f.data());
     dump(ln + "attn_out", f.data(), {S, D});
-    hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
+    {
+      profile::PhaseScope phase("mhc: post");
+      hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
+    }
     // FFN sublayer: collapsed with the attention's pre.
-    hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-             preF.data(), postF.data(), combF.data(), c.vbase, c.vS, pool_.get());
-    hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
-    v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
+    {
+      profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(bw.hc_ffn.fn.num_bytes));
+      hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps,
+               cf.hc_eps, preF.data(), postF.data(), combF.data(), c.vbase, c.vS, pool_.get());
+    }
+    {
+      profile::PhaseScope phase("mhc: pre + rms norm");
+      hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
+      v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
+    }
     moe(L, xn.data(), c, f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
-    hc_post(f.data(), postF.data(), combF.data(), S, hc, D, c.h.data());
+    {
+      profile::PhaseScope phase("mhc: post");
+      hc_post(f.data(), postF.data(), combF.data(), S, hc, D, c.h.data());
+    }
     dump(ln + "block_out", c.h.data(), {S, hc, D});
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
     pre_prev = preF;
