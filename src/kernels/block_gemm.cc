@@ -491,12 +491,6 @@ void run_cols(const QuantActs& a, const Src& s, const ExtActs* ext, float* y, Ou
   }
 }
 
-// Splits N in whole groups of kPackGroup tiles (the packed layouts' streams) with
-// ThreadPool::parallel_for_stealing: one contiguous home range per thread, read in address
-// order, and groups taken from a slower thread's back at the end. (Measured earlier: handing
-// out small ranges round-robin was no faster at 2 threads, 1-group ranges 25 % slower; the
-// home ranges keep each thread's stream contiguous.) The extension paths' activation data
-// is prepared once here, not per range and thread.
 // Bytes of weight codes and scales a GEMM over `s` reads (packed layouts; raw layouts: 0), for
 // profile::PhaseScope.
 double packed_bytes(const Src& s) {
@@ -506,6 +500,12 @@ double packed_bytes(const Src& s) {
   return static_cast<double>(s.n) * static_cast<double>(s.k) * (s.fp4() ? 0.5 : 1.0) + scales;
 }
 
+// Splits N in whole groups of kPackGroup tiles (the packed layouts' streams) with
+// ThreadPool::parallel_for_stealing: one contiguous home range per thread, read in address
+// order, and groups taken from a slower thread's back at the end. (Measured earlier: handing
+// out small ranges round-robin was no faster at 2 threads, 1-group ranges 25 % slower; the
+// home ranges keep each thread's stream contiguous.) The extension paths' activation data
+// is prepared once here, not per range and thread.
 void run(const QuantActs& a, const Src& s, float* y, OutRound out, ThreadPool* pool) {
   profile::PhaseScope phase(s.fp4() ? "fp4 gemm" : "fp8 gemm", packed_bytes(s));
   const bool avx = active_isa() == Isa::kAvx2 && have_f16c();
