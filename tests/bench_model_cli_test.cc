@@ -22,15 +22,27 @@ std::string v41_dir() {
   return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/deepseek-v41-tiny";
 }
 
-TEST(BenchModelCli, RooflineUsesTheHigherBandwidthReading) {
+// `strata bench model --model <tiny V4.1> <args> --bandwidth-mib 8 --json`, parsed; fails the
+// test (and returns null) when the command fails or prints no JSON.
+nlohmann::json bench_json(const std::string& args) {
   std::string out;
-  const int rc = run_strata("bench model --model " + v41_dir() +
-                                " --prompt-tokens 6 --decode-tokens 3 --repeats 1 --threads 1 "
-                                "--bandwidth-mib 8 --json",
+  const int rc = run_strata("bench model --model " + v41_dir() + " " + args +
+                                " --bandwidth-mib 8 --json",
                             &out);
-  ASSERT_EQ(rc, 0) << out;
-  const auto j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(rc, 0) << out;
+  const size_t brace = out.find('{');
+  if (rc != 0 || brace == std::string::npos) {
+    ADD_FAILURE() << "no JSON: " << out;
+    return nullptr;
+  }
+  auto j = nlohmann::json::parse(out.substr(brace), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j.is_discarded() ? nullptr : j;
+}
+
+TEST(BenchModelCli, RooflineUsesTheHigherBandwidthReading) {
+  const auto j = bench_json("--prompt-tokens 6 --decode-tokens 3 --repeats 1 --threads 1");
+  ASSERT_FALSE(j.is_null());
   const double before = j["read_bandwidth_before_gbs"], after = j["read_bandwidth_after_gbs"];
   const double bw = j["read_bandwidth_gbs"];
   EXPECT_GT(before, 0.0);
@@ -53,15 +65,9 @@ TEST(BenchModelCli, RooflineUsesTheHigherBandwidthReading) {
 // time agrees with the reported rate (a median of one repeat: the same run). Without the
 // flag, no phase keys.
 TEST(BenchModelCli, BreakdownPhasesAddUpToTheDecodeToken) {
-  std::string out;
-  const int rc = run_strata("bench model --model " + v41_dir() +
-                                " --prompt-tokens 6 --decode-tokens 4 --repeats 1 --threads 2 "
-                                "--bandwidth-mib 8 --json --breakdown",
-                            &out);
-  ASSERT_EQ(rc, 0) << out;
-  const auto j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  ASSERT_TRUE(j.contains("decode_phases")) << out;
+  const auto j = bench_json("--prompt-tokens 6 --decode-tokens 4 --repeats 1 --threads 2 --breakdown");
+  ASSERT_FALSE(j.is_null());
+  ASSERT_TRUE(j.contains("decode_phases")) << j.dump();
   const auto& phases = j["decode_phases"];
   ASSERT_TRUE(phases.is_array());
   double sum = 0;
@@ -74,23 +80,16 @@ TEST(BenchModelCli, BreakdownPhasesAddUpToTheDecodeToken) {
     EXPECT_GE(p["ms_per_token"].get<double>(), 0.0) << name;
     sum += p["ms_per_token"].get<double>();
   }
-  EXPECT_TRUE(gemm) << out;
-  EXPECT_TRUE(attention) << out;
+  EXPECT_TRUE(gemm) << j.dump();
+  EXPECT_TRUE(attention) << j.dump();
   const double token_ms = j["decode_ms_per_token"], other_ms = j["decode_other_ms_per_token"];
   EXPECT_GE(other_ms, 0.0);
   EXPECT_NEAR(sum + other_ms, token_ms, 1e-6 * token_ms);
   EXPECT_NEAR(1000.0 / token_ms, j["decode_tok_s"].get<double>(),
               1e-6 * j["decode_tok_s"].get<double>());
 
-  std::string plain;
-  ASSERT_EQ(run_strata("bench model --model " + v41_dir() +
-                           " --prompt-tokens 6 --decode-tokens 2 --repeats 1 --threads 1 "
-                           "--bandwidth-mib 8 --json",
-                       &plain),
-            0)
-      << plain;
-  const auto k = nlohmann::json::parse(plain.substr(plain.find('{')), nullptr, false);
-  ASSERT_FALSE(k.is_discarded()) << plain;
+  const auto k = bench_json("--prompt-tokens 6 --decode-tokens 2 --repeats 1 --threads 1");
+  ASSERT_FALSE(k.is_null());
   EXPECT_FALSE(k.contains("decode_phases"));
 }
 

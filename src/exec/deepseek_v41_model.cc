@@ -307,41 +307,35 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
       engram(L, c);
       dump(ln + "engram_out", c.h.data(), {S, hc, D});
     }
+    // One sublayer's mHC steps (each a --breakdown phase): its mixes (pre/post/comb), and
+    // the input collapsed with `pre` then normalized into xn.
+    auto mixes = [&](const V41MhcWeights& w, float* pre, float* post, float* comb) {
+      profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(w.fn.num_bytes));
+      hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps, pre,
+               post, comb, c.vbase, c.vS, pool_.get());
+    };
+    auto collapse = [&](const float* pre, const TensorView& norm) {
+      profile::PhaseScope phase("mhc: pre + rms norm");
+      hc_pre(c.h.data(), pre, S, hc, D, x.data());
+      v41::rms_norm(x.data(), S, D, &norm, cf.norm_eps, xn.data());
+    };
+    auto post = [&](const float* post_mix, const float* comb) {
+      profile::PhaseScope phase("mhc: post");
+      hc_post(f.data(), post_mix, comb, S, hc, D, c.h.data());
+    };
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
-    {
-      profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(bw.hc_attn.fn.num_bytes));
-      hc_mixes(c.h.data(), S, hc * D, bw.hc_attn, hc, cf.hc_sinkhorn_iters, cf.norm_eps,
-               cf.hc_eps, preA.data(), postA.data(), combA.data(), c.vbase, c.vS, pool_.get());
-    }
-    {
-      profile::PhaseScope phase("mhc: pre + rms norm");
-      hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
-      v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
-    }
+    mixes(bw.hc_attn, preA.data(), postA.data(), combA.data());
+    collapse(pre_prev.data(), bw.attn_norm);
     attention(L, xn.data(), c, f.data());
     dump(ln + "attn_out", f.data(), {S, D});
-    {
-      profile::PhaseScope phase("mhc: post");
-      hc_post(f.data(), postA.data(), combA.data(), S, hc, D, c.h.data());
-    }
+    post(postA.data(), combA.data());
     // FFN sublayer: collapsed with the attention's pre.
-    {
-      profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(bw.hc_ffn.fn.num_bytes));
-      hc_mixes(c.h.data(), S, hc * D, bw.hc_ffn, hc, cf.hc_sinkhorn_iters, cf.norm_eps,
-               cf.hc_eps, preF.data(), postF.data(), combF.data(), c.vbase, c.vS, pool_.get());
-    }
-    {
-      profile::PhaseScope phase("mhc: pre + rms norm");
-      hc_pre(c.h.data(), preA.data(), S, hc, D, x.data());
-      v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
-    }
+    mixes(bw.hc_ffn, preF.data(), postF.data(), combF.data());
+    collapse(preA.data(), bw.ffn_norm);
     moe(L, xn.data(), c, f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
-    {
-      profile::PhaseScope phase("mhc: post");
-      hc_post(f.data(), postF.data(), combF.data(), S, hc, D, c.h.data());
-    }
+    post(postF.data(), combF.data());
     dump(ln + "block_out", c.h.data(), {S, hc, D});
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
     pre_prev = preF;

@@ -334,8 +334,17 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) out.push_back(nullptr);
     }
   };
-  // Heads [h0, h1) of query i against `rows`: scores, softmax and PV (sparse_attn_heads), then
-  // the output's rope dims de-rotated. qT / scores: scratch.
+  // Heads [h0, h1) of query i from their scores ([h1-h0][rows]): softmax and PV
+  // (sparse_attn_heads), then the output's rope dims de-rotated.
+  auto softmax_pv_heads = [&](int64_t i, const std::vector<const float*>& rows, int64_t h0,
+                              int64_t h1, const float* head_scores) {
+    v41::sparse_attn_heads(rows.data(), static_cast<int64_t>(rows.size()), hd, h1 - h0,
+                           sink + h0, head_scores, &o[(i * H + h0) * hd],
+                           (c.vbase + i) * H + h0, c.vS * H);
+    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+  };
+  // Heads [h0, h1) of query i against `rows`: their scores, then softmax_pv_heads. qT /
+  // scores: scratch.
   auto attend_heads = [&](int64_t i, const std::vector<const float*>& rows, int64_t h0,
                           int64_t h1, std::vector<float>& qT, std::vector<float>& scores) {
     const int64_t nh = h1 - h0, nr = static_cast<int64_t>(rows.size());
@@ -344,9 +353,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       for (int64_t h = 0; h < nh; ++h) qT[j * nh + h] = q[(i * H + h0 + h) * hd + j];
     scores.resize(nh * nr);
     v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, nh, scale, scores.data(), 0, nr);
-    v41::sparse_attn_heads(rows.data(), nr, hd, nh, sink + h0, scores.data(),
-                           &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
-    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+    softmax_pv_heads(i, rows, h0, h1, scores.data());
   };
   const int64_t rows_per_query = W + (topk ? topk->width : 0);
   if (c.decode_step && S == 1 && pool_ && pool_->num_threads() > 1 &&
@@ -409,9 +416,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), t0, t1);
       };
       auto heads = [&](int64_t h0, int64_t h1) {
-        v41::sparse_attn_heads(rows.data(), nr, hd, h1 - h0, sink + h0, &scores[h0 * nr],
-                               &o[(i * H + h0) * hd], (c.vbase + i) * H + h0, c.vS * H);
-        for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+        softmax_pv_heads(i, rows, h0, h1, &scores[h0 * nr]);
       };
       {
         profile::PhaseScope phase("attention: scores");
