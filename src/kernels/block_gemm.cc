@@ -723,10 +723,10 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
   };
   std::vector<Prep> prep(static_cast<size_t>(n_jobs));
   bool any_fp4 = false;
-  double batch_bytes = 0;
+  double batch_bytes = 0;  // for the profile only
   for (int64_t j = 0; j < n_jobs; ++j) {
     any_fp4 = any_fp4 || jobs[j].fp4 != nullptr;
-    if (jobs[j].a.m > 0)
+    if (profile::enabled() && jobs[j].a.m > 0)
       batch_bytes += jobs[j].fp4 != nullptr ? packed_bytes(src_of(*jobs[j].fp4))
                      : jobs[j].fp8 != nullptr ? packed_bytes(src_of(*jobs[j].fp8))
                                               : 0.0;
