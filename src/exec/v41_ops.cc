@@ -799,8 +799,40 @@ void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys,
 }
 
 namespace {
-// 16 heads per zmm (masked for a ragged head count), 4 rows at a time: one FMA chain per
-// (row, head), sequential over i: the same bits as qk_heads_avx2 and the scalar loop.
+// Rows t..t+7 against one block of heads, for the zmm and ymm kernels below: 8 independent
+// FMA chains (fewer leave the FMA units idle, each chain waiting on its previous FMA's
+// latency), each sequential over i, then emit(row, acc) per row. Named accumulators: GCC
+// keeps an array of vectors in memory and stores it on every iteration. LOADQ(i): the head
+// block's q values at dim i.
+#define STRATA_QK_8ROWS(VEC, ZERO, LOADQ, FMADD, SET1)                                   \
+  for (; t + 8 <= t1; t += 8) {                                                          \
+    const float* r[8];                                                                   \
+    for (int j = 0; j < 8; ++j) r[j] = rows[t + j] ? rows[t + j] : zeros.data();         \
+    VEC a0 = ZERO, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;        \
+    for (int64_t i = 0; i < d; ++i) {                                                    \
+      const VEC qv = LOADQ(i);                                                           \
+      a0 = FMADD(qv, SET1(r[0][i]), a0);                                                 \
+      a1 = FMADD(qv, SET1(r[1][i]), a1);                                                 \
+      a2 = FMADD(qv, SET1(r[2][i]), a2);                                                 \
+      a3 = FMADD(qv, SET1(r[3][i]), a3);                                                 \
+      a4 = FMADD(qv, SET1(r[4][i]), a4);                                                 \
+      a5 = FMADD(qv, SET1(r[5][i]), a5);                                                 \
+      a6 = FMADD(qv, SET1(r[6][i]), a6);                                                 \
+      a7 = FMADD(qv, SET1(r[7][i]), a7);                                                 \
+    }                                                                                    \
+    emit(t, a0);                                                                         \
+    emit(t + 1, a1);                                                                     \
+    emit(t + 2, a2);                                                                     \
+    emit(t + 3, a3);                                                                     \
+    emit(t + 4, a4);                                                                     \
+    emit(t + 5, a5);                                                                     \
+    emit(t + 6, a6);                                                                     \
+    emit(t + 7, a7);                                                                     \
+  }
+
+// 16 heads per zmm (masked for a ragged head count), 8 rows at a time (then 4, then 1): one
+// FMA chain per (row, head), sequential over i: the same bits as qk_heads_avx2 and the
+// scalar loop.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
@@ -818,33 +850,9 @@ __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
       for (int l = 0; l < nlane; ++l) out[(hb + l) * n_rows + row] = rows[row] ? tmp[l] : kNegInf;
     };
     int64_t t = t0;
-    // 8 rows at a time: 8 independent FMA chains (4 left the FMA units half idle, each chain
-    // waiting on its previous FMA's latency). Every row's chain is unchanged.
-    for (; t + 8 <= t1; t += 8) {
-      const float* r[8];
-      for (int j = 0; j < 8; ++j) r[j] = rows[t + j] ? rows[t + j] : zeros.data();
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-             a7 = a0;
-      for (int64_t i = 0; i < d; ++i) {
-        const __m512 qv = _mm512_maskz_loadu_ps(m, qb + i * nh);
-        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[0][i]), a0);
-        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[1][i]), a1);
-        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[2][i]), a2);
-        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[3][i]), a3);
-        a4 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[4][i]), a4);
-        a5 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[5][i]), a5);
-        a6 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[6][i]), a6);
-        a7 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[7][i]), a7);
-      }
-      emit(t, a0);
-      emit(t + 1, a1);
-      emit(t + 2, a2);
-      emit(t + 3, a3);
-      emit(t + 4, a4);
-      emit(t + 5, a5);
-      emit(t + 6, a6);
-      emit(t + 7, a7);
-    }
+#define STRATA_QZ(i) _mm512_maskz_loadu_ps(m, qb + (i) * nh)
+    STRATA_QK_8ROWS(__m512, _mm512_setzero_ps(), STRATA_QZ, _mm512_fmadd_ps, _mm512_set1_ps)
+#undef STRATA_QZ
     for (; t + 4 <= t1; t += 4) {
       const float* r0 = rows[t] ? rows[t] : zeros.data();
       const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
@@ -874,50 +882,36 @@ __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
 }
 #pragma GCC diagnostic pop
 
-// 4 rows at a time, 8 heads per ymm: one FMA chain per (row, 8 heads), sequential over i.
+// 8 rows at a time, then single rows; 8 heads per ymm. Also the AVX-512 path's kernel for
+// <= 8 heads (a thread's share of the heads in pooled decode attention): a masked zmm would
+// leave half its lanes idle, while two ymm FMAs per cycle keep the FMA units full.
 __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const float* const* rows,
                                                         int64_t n_rows, int64_t d, int64_t nh,
                                                         float scale, float* out, int64_t t0,
                                                         int64_t t1) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
+  static const std::vector<float> zeros(1 << 12, 0.0f);
   alignas(32) float tmp[8];
   for (int64_t hb = 0; hb < nh; hb += 8) {
-    const bool full = hb + 8 <= nh;
-    int64_t t = t0;
-    auto emit = [&](int64_t row, __m256 acc) __attribute__((always_inline, target("avx2,fma"))) {
-      _mm256_store_ps(tmp, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
-      for (int64_t h = hb; h < std::min(nh, hb + 8); ++h)
-        out[h * n_rows + row] = rows[row] ? tmp[h - hb] : kNegInf;
-    };
     std::vector<float> qpad;
     const float* qb = qT + hb;
     int64_t ld = nh;
-    if (!full) {  // ragged last head block: a zero-padded copy
+    if (hb + 8 > nh) {  // ragged last head block: a zero-padded copy
       qpad.assign(d * 8, 0.0f);
       for (int64_t i = 0; i < d; ++i)
         for (int64_t h = hb; h < nh; ++h) qpad[i * 8 + (h - hb)] = qT[i * nh + h];
       qb = qpad.data();
       ld = 8;
     }
-    static const std::vector<float> zeros(1 << 12, 0.0f);
-    for (; t + 4 <= t1; t += 4) {
-      const float* r0 = rows[t] ? rows[t] : zeros.data();
-      const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
-      const float* r2 = rows[t + 2] ? rows[t + 2] : zeros.data();
-      const float* r3 = rows[t + 3] ? rows[t + 3] : zeros.data();
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t i = 0; i < d; ++i) {
-        const __m256 qv = _mm256_loadu_ps(qb + i * ld);
-        a0 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r0[i]), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r1[i]), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r2[i]), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_set1_ps(r3[i]), a3);
-      }
-      emit(t, a0);
-      emit(t + 1, a1);
-      emit(t + 2, a2);
-      emit(t + 3, a3);
-    }
+    auto emit = [&](int64_t row, __m256 acc) __attribute__((always_inline, target("avx2,fma"))) {
+      _mm256_store_ps(tmp, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+      for (int64_t h = hb; h < std::min(nh, hb + 8); ++h)
+        out[h * n_rows + row] = rows[row] ? tmp[h - hb] : kNegInf;
+    };
+    int64_t t = t0;
+#define STRATA_QY(i) _mm256_loadu_ps(qb + (i) * ld)
+    STRATA_QK_8ROWS(__m256, _mm256_setzero_ps(), STRATA_QY, _mm256_fmadd_ps, _mm256_set1_ps)
+#undef STRATA_QY
     for (; t < t1; ++t) {
       const float* r0 = rows[t] ? rows[t] : zeros.data();
       __m256 a0 = _mm256_setzero_ps();
@@ -926,16 +920,17 @@ __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const fl
     }
   }
 }
+#undef STRATA_QK_8ROWS
 }  // namespace
 
 void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, int64_t d,
                      int64_t n_heads, float scale, float* out, int64_t t0, int64_t t1) {
   STRATA_CHECK(d <= (1 << 12));
-  if (kernels::avx512_active()) {
+  if (kernels::avx512_active() && n_heads > 8) {
     qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
     return;
   }
-  if (kernels::active_isa() == kernels::Isa::kAvx2) {
+  if (kernels::avx512_active() || kernels::active_isa() == kernels::Isa::kAvx2) {
     qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
     return;
   }

@@ -128,7 +128,8 @@ TEST(V41Ops, QkScoresHeadsMatchPerHeadSequentialLoop) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   const int64_t d = 96;
-  // n - 3 rows: 34 = 4 x 8 + 2 singles, 12 = 8 + 4 (each of the AVX-512 row-group widths)
+  // n - 3 rows: 34 = 4 x 8 + 2 singles, 12 = 8 + 4 (each row-group width of the AVX-512 path
+  // and of the ymm path, which nh <= 8 takes with AVX-512 on too)
   for (int64_t n : {37, 15})
   for (int64_t nh : {16, 5, 8, 13, 21}) {
     std::vector<float> kv(n * d), qT(d * nh);
