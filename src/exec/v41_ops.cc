@@ -109,7 +109,6 @@ constexpr float kFp4Max = 6.0f;
 const float kFp8MaxInv = static_cast<float>(1.0 / 448.0);
 const float kFp4MaxInv = static_cast<float>(1.0 / 6.0);
 
-float bf16_at(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
 
 }  // namespace
 
@@ -489,18 +488,45 @@ std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorte
   return out;
 }
 
+namespace {
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// y[i] = bf16(bf16(w[i]) * (x[i] * rs)) (w null: bf16(x[i] * rs)) for i in [0, n - n % 16):
+// the scalar loop's two multiplications, each rounded, per lane. Returns how many it wrote.
+__attribute__((target("avx512f"))) int64_t rms_scale_avx512(const float* x, float rs,
+                                                           const uint16_t* w, int64_t n,
+                                                           float* y) {
+  const __m512 r = _mm512_set1_ps(rs);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), r);
+    if (w) {
+      const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+      v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wb), 16)), v);
+    }
+    _mm512_storeu_ps(y + i, bf16_round16(v));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+}  // namespace
+
 void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, double eps, float* y) {
   const float feps = static_cast<float>(eps);
+  const uint16_t* wv = w ? w->u16() : nullptr;
+  const bool v512 = kernels::avx512_active();
+  std::vector<float> sq(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
-    std::vector<float> sq(n);
+    float* yr = y + r * n;
     for (int64_t i = 0; i < n; ++i) sq[i] = xr[i] * xr[i];
     float var = torch_sum(sq.data(), n) / static_cast<float>(n);
     float rs = 1.0f / std::sqrt(var + feps);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = v512 ? rms_scale_avx512(xr, rs, wv, n, yr) : 0; i < n; ++i) {
       float v = xr[i] * rs;
-      if (w) v = bf16_at(*w, i) * v;
-      y[r * n + i] = round_to_bf16(v);
+      if (wv) v = bf16_to_f32(wv[i]) * v;
+      yr[i] = round_to_bf16(v);
     }
   }
 }
