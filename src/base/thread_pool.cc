@@ -97,17 +97,18 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
-  std::vector<std::pair<int64_t, int64_t>> ranges(parts);
-  int64_t base = n / parts, extra = n % parts, pos = 0;
-  for (int64_t i = 0; i < parts; ++i) {
-    int64_t len = base + (i < extra ? 1 : 0);
-    ranges[i] = {pos, pos + len};
-    pos += len;
-  }
   bool wake = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ranges_ = std::move(ranges);
+    // Rewritten in place (no allocation once it has held num_threads_ ranges): every worker
+    // acknowledged the previous generation before the last call returned.
+    ranges_.resize(static_cast<size_t>(parts));
+    int64_t base = n / parts, extra = n % parts, pos = 0;
+    for (int64_t i = 0; i < parts; ++i) {
+      int64_t len = base + (i < extra ? 1 : 0);
+      ranges_[i] = {pos, pos + len};
+      pos += len;
+    }
     fn_ = &fn;
     pending_.store(num_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
@@ -142,7 +143,15 @@ void ThreadPool::parallel_for_stealing(int64_t n, const std::function<void(int64
   struct alignas(64) Range {
     std::atomic<uint64_t> fb{0};
   };
-  std::vector<Range> ranges(threads);
+  // The calling thread's ranges, kept across calls (a nested call runs inline above, so one
+  // thread never has two calls in flight here).
+  thread_local std::unique_ptr<Range[]> t_ranges;
+  thread_local int t_capacity = 0;
+  if (t_capacity < threads) {
+    t_ranges = std::make_unique<Range[]>(static_cast<size_t>(threads));
+    t_capacity = threads;
+  }
+  Range* const ranges = t_ranges.get();
   for (int t = 0; t < threads; ++t) {
     const int64_t b = home ? home[t] : n * t / threads, e = home ? home[t + 1] : n * (t + 1) / threads;
     STRATA_CHECK(b >= 0 && b <= e && e <= n);

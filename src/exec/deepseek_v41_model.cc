@@ -1,7 +1,6 @@
 // DeepseekV41Model: load, top-level forward, mHC, Engram, MoE. Attention lives in
 // v41_attention.cc. Reference: model.py Transformer / Block / Engram / Gate / Expert / MoE,
 // kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
-#include "base/phase_profile.h"
 #include "exec/deepseek_v41_model.h"
 
 #include <immintrin.h>
@@ -13,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "exec/v41_forward_ctx.h"
 #include "exec/v41_simd.h"
@@ -32,14 +33,15 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
               double norm_eps, double hc_eps, float* pre, float* post, float* comb,
               int64_t vbase, int64_t vS, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc;
-  std::vector<float> raw(S * nmix);
-  v41::linear_f32(h, S, w.fn, nmix, hcD, raw.data(), w.fn_packed.get(), pool);
+  thread_local Scratch<float> s_raw, s_sq;  // written whole before they are read
+  float* const raw = s_raw.get(S * nmix);
+  float* const sq = s_sq.get(hcD);
+  v41::linear_f32(h, S, w.fn, nmix, hcD, raw, w.fn_packed.get(), pool);
   const float eps = static_cast<float>(norm_eps);
   for (int64_t i = 0; i < S; ++i) {
     const float* x = h + i * hcD;
-    std::vector<float> sq(hcD);
     for (int64_t k = 0; k < hcD; ++k) sq[k] = x[k] * x[k];
-    const float ms = v41::torch_sum(sq.data(), hcD) / static_cast<float>(hcD);
+    const float ms = v41::torch_sum(sq, hcD) / static_cast<float>(hcD);
     const float rs = 1.0f / std::sqrt(ms + eps);
     float* mix = &raw[i * nmix];
     for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
@@ -100,14 +102,15 @@ __attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f, float 
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
              float* h) {
   const bool v512 = kernels::avx512_active();
-  std::vector<float> res(hc * D);
+  thread_local Scratch<float> s_res;
+  float* const res = s_res.get(hc * D);  // a copy of each token's streams, written whole
   for (int64_t s = 0; s < S; ++s) {
     float* hs = h + s * hc * D;
-    std::copy_n(hs, hc * D, res.data());
+    std::copy_n(hs, hc * D, res);
     const float* cb = comb + s * hc * hc;
     for (int j = 0; j < hc; ++j) {
       const float pj = post[s * hc + j];
-      int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res.data(), hc, j, D, hs + j * D) : 0;
+      int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res, hc, j, D, hs + j * D) : 0;
       for (; d < D; ++d) {
         float acc = 0.0f;
         for (int i = 0; i < hc; ++i) acc += cb[i * hc + j] * res[i * D + d];

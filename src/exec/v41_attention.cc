@@ -25,6 +25,7 @@
 
 #include "base/check.h"
 #include "base/phase_profile.h"
+#include "base/scratch.h"
 #include "exec/selected_rows.h"
 #include "exec/v41_forward_ctx.h"
 #include "kernels/fp8_einsum.h"
@@ -229,27 +230,32 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
 
   // wq_a and wkv both read x: one dispatch (v41::linear_batch). Likewise wq_b and, on an
   // indexer layer, the indexer's wq_b both read qr.
-  std::vector<float> tq(S * ql), tkv(S * hd);
+  // Per-token buffers: thread-local scratch (base/scratch.h), each written whole before it
+  // is read.
+  thread_local Scratch<float> s_tq, s_tkv, s_qr, s_q, s_kv, s_o, s_u;
+  float* const tq = s_tq.get(S * ql);
+  float* const tkv = s_tkv.get(S * hd);
   {
     const V41Linear* w[2] = {&aw.wq_a, &aw.wkv};
-    float* y[2] = {tq.data(), tkv.data()};
+    float* y[2] = {tq, tkv};
     v41::linear_batch(x, S, w, y, 2, pool_.get());
   }
-  std::vector<float> qr(S * ql);
-  v41::rms_norm(tq.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
-  std::vector<float> q(S * H * hd), iq;
+  float* const qr = s_qr.get(S * ql);
+  v41::rms_norm(tq, S, ql, &aw.q_norm, config_.norm_eps, qr);
+  float* const q = s_q.get(S * H * hd);
+  std::vector<float> iq;
   {
     const bool index_q = ls.ratio > 0 && ls.has_indexer && c.width_end / ls.ratio > 0;
     if (index_q) iq.resize(S * config_.index_n_heads * config_.index_head_dim);
     const V41Linear* w[2] = {&aw.wq_b, &aw.indexer.wq_b};
-    float* y[2] = {q.data(), iq.data()};
-    v41::linear_batch(qr.data(), S, w, y, index_q ? 2 : 1, pool_.get());
+    float* y[2] = {q, iq.data()};
+    v41::linear_batch(qr, S, w, y, index_q ? 2 : 1, pool_.get());
   }
   for (int64_t i = 0; i < S; ++i)
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
 
-  std::vector<float> kv(S * hd);
-  v41::rms_norm(tkv.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
+  float* const kv = s_kv.get(S * hd);
+  v41::rms_norm(tkv, S, hd, &aw.kv_norm, config_.norm_eps, kv);
   for (int64_t i = 0; i < S; ++i) {
     rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
     v41::qdq_fp8(&kv[i * hd], hd, config_.kv_fp8_block());
@@ -292,7 +298,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   // Sparse attention per query and head.
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const float* sink = aw.attn_sink.f32();
-  std::vector<float> o(S * H * hd);
+  float* const o = s_o.get(S * H * hd);  // every (query, head) row written below
   // Ring rows of earlier calls this call's queries can see: [max(0, s0-W+1), s0), read once
   // (before this call's rows overwrite their slots).
   const int64_t ring0 = std::max<int64_t>(0, s0 - W + 1);
@@ -435,13 +441,13 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum; wo_a dequantized exactly),
   // then wo_b (FP8 GEMM).
   const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
-  std::vector<float> u(S * G * R);
+  float* const u = s_u.get(S * G * R);
   const V41Linear& woa = aw.wo_a;
-  std::vector<float> wrow(Dg);
   if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
-    kernels::fp8_dequant_gemm_f64_grouped(o.data(), S, H * hd, woa.packed->fp8, G, Dg, u.data(),
-                                          G * R, pool_.get());
+    kernels::fp8_dequant_gemm_f64_grouped(o, S, H * hd, woa.packed->fp8, G, Dg, u, G * R,
+                                          pool_.get());
   } else for (int64_t g = 0; g < G; ++g) {
+    std::vector<float> wrow(Dg);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t n = g * R + r;
       if (woa.kind == V41WeightKind::kFp8) {
@@ -462,7 +468,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       }
     }
   }
-  v41::linear(u.data(), S, aw.wo_b, out, pool_.get());
+  v41::linear(u, S, aw.wo_b, out, pool_.get());
   (void)D;
 }
 

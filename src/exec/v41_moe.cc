@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/phase_profile.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41_model.h"
 #include "exec/v41_forward_ctx.h"
@@ -93,14 +94,23 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
     return xq.back();
   };
   std::vector<QuantRows> in(n), hq(n);
-  std::vector<std::vector<float>> y13(n), h(n);
+  // Each call's up-projection output [m, 2I] and SwiGLU output [m, I], at offsets in two
+  // thread-local scratch buffers (written whole by the GEMM / the pieces before they are read).
+  std::vector<int64_t> y13_off(n + 1, 0), h_off(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t m = static_cast<int64_t>(calls[i].toks.size()), I = calls[i].w->w1.out;
+    y13_off[i + 1] = y13_off[i] + m * 2 * I;
+    h_off[i + 1] = h_off[i] + m * I;
+  }
+  thread_local Scratch<float> s_y13, s_h;
+  float* const y13 = s_y13.get(static_cast<size_t>(y13_off[n]));
+  float* const h = s_h.get(static_cast<size_t>(h_off[n]));
   for (size_t i = 0; i < n; ++i) {
     const ExpertCall& c = calls[i];
     const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
     const QuantRows& q = quantized_x(up_block[i]);
     const int64_t nkb = D / q.block;
-    y13[i].resize(static_cast<size_t>(m * 2 * I));
-    up[i].y = y13[i].data();
+    up[i].y = y13 + y13_off[i];
     bool all_rows = m == S;  // every token, in order (the shared expert; any expert in decode)
     for (int64_t r = 0; r < m && all_rows; ++r) all_rows = c.toks[r] == r;
     if (all_rows) {  // x's rows as they are: the batch prepares them once for all such calls
@@ -128,7 +138,6 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
     // 256 columns, or one activation block where blocks are wider (I % block == 0: the w2
     // GEMM's shape rule).
     const int64_t blk = down_block[i], chunk = std::max<int64_t>(blk, 256 / blk * blk);
-    h[i].resize(static_cast<size_t>(m * I));
     hq[i].block = down_block[i];
     hq[i].k = I;
     hq[i].q.resize(static_cast<size_t>(m * I));
@@ -143,8 +152,8 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
       const ExpertCall& c = calls[pc.call];
       const int64_t I = c.w->w1.out, r = pc.row, w = pc.c1 - pc.c0, blk = down_block[pc.call];
       const bool clamp = lim > 0 && (c.route_w != nullptr || config_.shared_expert_clamped);
-      const float* y = &y13[pc.call][r * 2 * I];
-      float* hr = &h[pc.call][r * I + pc.c0];
+      const float* y = y13 + y13_off[pc.call] + r * 2 * I;
+      float* hr = h + h_off[pc.call] + r * I + pc.c0;
       v41::swiglu_bf16(y + pc.c0, y + I + pc.c0, w, lim, clamp,
                        c.route_w ? &c.route_w[r] : nullptr, hr);
       QuantRows& q = hq[pc.call];
@@ -235,10 +244,15 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   shared.w = &mw.shared;
   for (int64_t i = 0; i < S; ++i) shared.toks.push_back(i);
   calls.push_back(std::move(shared));
-  std::vector<std::vector<float>> eo(calls.size());
+  // Each call's output rows [m, D] in one thread-local scratch buffer (written whole by the
+  // down-projection before they are read).
+  std::vector<int64_t> eo_off(calls.size() + 1, 0);
+  for (size_t i = 0; i < calls.size(); ++i)
+    eo_off[i + 1] = eo_off[i] + static_cast<int64_t>(calls[i].toks.size()) * D;
+  thread_local Scratch<float> s_eo, s_y;
+  float* const eo = s_eo.get(static_cast<size_t>(eo_off.back()));
   for (size_t i = 0; i < calls.size(); ++i) {
-    eo[i].resize(calls[i].toks.size() * D);
-    calls[i].out = eo[i].data();
+    calls[i].out = eo + eo_off[i];
     calls[i].route_w = calls[i].rw.empty() ? nullptr : calls[i].rw.data();
   }
   if (!experts_batched(calls, x, S)) {
@@ -252,13 +266,13 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   }
 
   // Σ routed (ascending expert id, each token's rows in place), then + shared, bf16.
-  std::vector<float> y(S * D, 0.0f);
+  float* const y = s_y.get_zeroed(S * D);
   for (size_t i = 0; i + 1 < calls.size(); ++i) {
     const ExpertCall& call = calls[i];
     for (size_t r = 0; r < call.toks.size(); ++r)
-      for (int64_t d = 0; d < D; ++d) y[call.toks[r] * D + d] += eo[i][r * D + d];
+      for (int64_t d = 0; d < D; ++d) y[call.toks[r] * D + d] += eo[eo_off[i] + r * D + d];
   }
-  const std::vector<float>& se = eo.back();
+  const float* const se = eo + eo_off[calls.size() - 1];  // the shared expert's rows
   for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + se[i]);
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/scratch.h"
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
 #include "kernels/cpu_features.h"
@@ -355,7 +356,9 @@ void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* c
   // quantize it.
   const int64_t K = w[0]->in;
   int blocks[8];
-  std::vector<float> q[8], s[8];
+  thread_local Scratch<float> q[8], s[8];  // written whole by act_quant_fp8 before use
+  float* qp[8];
+  float* sp[8];
   int nq = 0;
   for (int i = 0; i < n; ++i) {
     const int block = block_of[i];
@@ -363,13 +366,12 @@ void linear_batch(const float* x, int64_t M, const V41Linear* const* w, float* c
     while (j < nq && blocks[j] != block) ++j;
     if (j == nq) {
       blocks[nq] = block;
-      q[nq].resize(static_cast<size_t>(M * K));
-      s[nq].resize(static_cast<size_t>(M * (K / block)));
-      kernels::act_quant_fp8(x, M, K, block, kernels::ScaleFmt::kUe8m0, nullptr, q[nq].data(),
-                             s[nq].data());
+      qp[nq] = q[nq].get(static_cast<size_t>(M * K));
+      sp[nq] = s[nq].get(static_cast<size_t>(M * (K / block)));
+      kernels::act_quant_fp8(x, M, K, block, kernels::ScaleFmt::kUe8m0, nullptr, qp[nq], sp[nq]);
       ++nq;
     }
-    jobs[i].a = kernels::QuantActs{q[j].data(), s[j].data(), M, K, block};
+    jobs[i].a = kernels::QuantActs{qp[j], sp[j], M, K, block};
     jobs[i].y = y[i];
     jobs[i].out = kernels::OutRound::kBf16;
   }
@@ -423,7 +425,8 @@ void multi_row_sum(const float* x, int lanes, int64_t nrows, int64_t size, float
   const int64_t level_step = int64_t{1} << level_power;
   const int64_t level_mask = level_step - 1;
   const int64_t W = nrows * lanes;
-  std::vector<float> acc(kLevels * W, 0.0f);
+  thread_local Scratch<float> s_acc;
+  float* const acc = s_acc.get_zeroed(kLevels * W);
   auto add_vec = [&](float* dst, const float* src) {
     for (int64_t l = 0; l < W; ++l) dst[l] += src[l];
   };
@@ -439,7 +442,7 @@ void multi_row_sum(const float* x, int lanes, int64_t nrows, int64_t size, float
   }
   for (; i < size; ++i) add_vec(&acc[0], x + i * W);
   for (int j = 1; j < kLevels; ++j) add_vec(&acc[0], &acc[j * W]);
-  std::copy_n(acc.data(), W, out);
+  std::copy_n(acc, W, out);
 }
 }  // namespace
 
@@ -456,8 +459,9 @@ float torch_sum(const float* x, int64_t n) {
   }
   const int64_t vec_size = n / lanes;
   const int64_t size_ilp = vec_size / 4;
-  std::vector<float> part(4 * lanes);
-  multi_row_sum(x, lanes, 4, size_ilp, part.data());
+  thread_local Scratch<float> s_part;
+  float* const part = s_part.get(4 * lanes);  // written whole by multi_row_sum
+  multi_row_sum(x, lanes, 4, size_ilp, part);
   for (int64_t v = size_ilp * 4; v < vec_size; ++v)
     for (int l = 0; l < lanes; ++l) part[l] += x[v * lanes + l];
   for (int k = 1; k < 4; ++k)
@@ -516,12 +520,13 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, doub
   const float feps = static_cast<float>(eps);
   const uint16_t* wv = w ? w->u16() : nullptr;
   const bool v512 = kernels::avx512_active();
-  std::vector<float> sq(n);
+  thread_local Scratch<float> s_sq;
+  float* const sq = s_sq.get(n);  // written whole for each row
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
     for (int64_t i = 0; i < n; ++i) sq[i] = xr[i] * xr[i];
-    float var = torch_sum(sq.data(), n) / static_cast<float>(n);
+    float var = torch_sum(sq, n) / static_cast<float>(n);
     float rs = 1.0f / std::sqrt(var + feps);
     for (int64_t i = v512 ? rms_scale_avx512(xr, rs, wv, n, yr) : 0; i < n; ++i) {
       float v = xr[i] * rs;
@@ -1074,9 +1079,17 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
   constexpr int64_t kBlock = 64;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t H = n_heads;
-  std::vector<float> m(H, -1e30f), sum_exp(H, 0.0f), rescale(H);
-  std::vector<float> acc(H * d), acc_o(H * d, 0.0f);
-  std::vector<float> pb(H * kBlock), p(kBlock);
+  // Thread-local scratch: acc, pb and p are written whole for each block before they are
+  // read; rescale for every head before use.
+  thread_local Scratch<float> s_m, s_sum, s_rescale, s_acc, s_acc_o, s_pb, s_p;
+  float* const m = s_m.get(H);
+  std::fill_n(m, H, -1e30f);
+  float* const sum_exp = s_sum.get_zeroed(H);
+  float* const rescale = s_rescale.get(H);
+  float* const acc = s_acc.get(H * d);
+  float* const acc_o = s_acc_o.get_zeroed(H * d);
+  float* const pb = s_pb.get(H * kBlock);
+  float* const p = s_p.get(kBlock);
   const bool vec = kernels::avx512_active() && d % 16 == 0;
   const bool exp16 = kernels::avx512_active();
   for (int64_t t0 = 0; t0 < n_rows; t0 += kBlock) {
@@ -1092,12 +1105,12 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
       int64_t t = 0;
       if (exp16)  // 16 elements at once where none is in torch's scalar tail (same bits)
         for (; t + 16 <= nb && !torch_scalar_tail(qh * nb + t + 15, SH * nb); t += 16)
-          softmax_exp16(sc + t, m_new, p.data() + t, &pb[h * kBlock + t]);
+          softmax_exp16(sc + t, m_new, p + t, &pb[h * kBlock + t]);
       for (; t < nb; ++t) {
         p[t] = std::isinf(sc[t]) ? 0.0f : torch_exp_at(sc[t] - m_new, qh * nb + t, SH * nb);
         pb[h * kBlock + t] = round_to_bf16(p[t]);
       }
-      sum_exp[h] = sum_exp[h] * rescale[h] + torch_sum(p.data(), nb);
+      sum_exp[h] = sum_exp[h] * rescale[h] + torch_sum(p, nb);
       m[h] = m_new;
     }
     int64_t h = 0;
@@ -1110,7 +1123,7 @@ void sparse_attn_heads(const float* const* rows, int64_t n_rows, int64_t d, int6
       pv_accumulate(rows + t0, &pb[h * kBlock], nb, d, &acc[h * d]);
     }
     if (vec) {
-      rescale_add_heads(acc_o.data(), acc.data(), rescale.data(), H, d);
+      rescale_add_heads(acc_o, acc, rescale, H, d);
     } else {
       for (int64_t hh = 0; hh < H; ++hh)
         for (int64_t i = 0; i < d; ++i)

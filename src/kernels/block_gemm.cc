@@ -21,6 +21,7 @@
 
 #include "base/check.h"
 #include "base/phase_profile.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/block_gemm_internal.h"
@@ -721,7 +722,12 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
     double group_cost = 0;          // estimated time of one group (FP8 weight units)
     int64_t ext_of = -1;            // the job whose ext this one shares (same activations)
   };
-  std::vector<Prep> prep(static_cast<size_t>(n_jobs));
+  // Kept across calls on this thread (each Prep's activation buffers keep their capacity);
+  // every field a job reads is set for it below. Not re-entrant: pool workers never start a
+  // batch of their own.
+  thread_local std::vector<Prep> t_prep;
+  if (t_prep.size() < static_cast<size_t>(n_jobs)) t_prep.resize(static_cast<size_t>(n_jobs));
+  Prep* const prep = t_prep.data();
   bool any_fp4 = false;
   double batch_bytes = 0;  // for the profile only
   for (int64_t j = 0; j < n_jobs; ++j) {
@@ -811,39 +817,34 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
 }
 
 namespace {
-struct QuantBuf {
-  std::vector<float> q, s;
-};
-QuantBuf quantize_acts(const float* x, int64_t m, int64_t k, int block) {
-  QuantBuf b;
-  b.q.resize(static_cast<size_t>(m * k));
-  b.s.resize(static_cast<size_t>(m * (k / block)));
-  act_quant_fp8(x, m, k, block, ScaleFmt::kUe8m0, nullptr, b.q.data(), b.s.data());
-  return b;
+// x quantized to FP8 with UE8M0 block scales into the calling thread's scratch (kept across
+// calls; written whole here). The result is valid until the thread's next call.
+QuantActs quantize_acts(const float* x, int64_t m, int64_t k, int block) {
+  thread_local Scratch<float> s_q, s_s;
+  float* const q = s_q.get(static_cast<size_t>(m * k));
+  float* const s = s_s.get(static_cast<size_t>(m * (k / block)));
+  act_quant_fp8(x, m, k, block, ScaleFmt::kUe8m0, nullptr, q, s);
+  return QuantActs{q, s, m, k, block};
 }
 }  // namespace
 
 void linear_fp8(const float* x, int64_t m, const Fp8BlockWeight& w, float* y, ThreadPool* pool) {
-  const QuantBuf b = quantize_acts(x, m, w.k, w.block_k);
-  fp8_gemm(QuantActs{b.q.data(), b.s.data(), m, w.k, w.block_k}, w, y, OutRound::kBf16, pool);
+  fp8_gemm(quantize_acts(x, m, w.k, w.block_k), w, y, OutRound::kBf16, pool);
 }
 
 void linear_fp4(const float* x, int64_t m, const Fp4Weight& w, int act_block, float* y,
                 ThreadPool* pool) {
-  const QuantBuf b = quantize_acts(x, m, w.k, act_block);
-  fp4_gemm(QuantActs{b.q.data(), b.s.data(), m, w.k, act_block}, w, y, OutRound::kBf16, pool);
+  fp4_gemm(quantize_acts(x, m, w.k, act_block), w, y, OutRound::kBf16, pool);
 }
 
 void linear_fp8_packed(const float* x, int64_t m, const PackedFp8Weight& w, float* y,
                        ThreadPool* pool) {
-  const QuantBuf b = quantize_acts(x, m, w.k, w.block_k);
-  fp8_gemm_packed(QuantActs{b.q.data(), b.s.data(), m, w.k, w.block_k}, w, y, OutRound::kBf16, pool);
+  fp8_gemm_packed(quantize_acts(x, m, w.k, w.block_k), w, y, OutRound::kBf16, pool);
 }
 
 void linear_fp4_packed(const float* x, int64_t m, const PackedFp4Weight& w, int act_block,
                        float* y, ThreadPool* pool) {
-  const QuantBuf b = quantize_acts(x, m, w.k, act_block);
-  fp4_gemm_packed(QuantActs{b.q.data(), b.s.data(), m, w.k, act_block}, w, y, OutRound::kBf16, pool);
+  fp4_gemm_packed(quantize_acts(x, m, w.k, act_block), w, y, OutRound::kBf16, pool);
 }
 
 void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
