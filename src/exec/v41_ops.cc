@@ -427,7 +427,9 @@ void multi_row_sum(const float* x, int lanes, int64_t nrows, int64_t size, float
   const int64_t W = nrows * lanes;
   thread_local Scratch<float> s_acc;
   float* const acc = s_acc.get_zeroed(kLevels * W);
-  auto add_vec = [&](float* dst, const float* src) {
+  // Element-wise (each lane its own sum), so vectorizing it keeps the bits; dst never
+  // overlaps src (acc is scratch, x the caller's data), which lets the compiler vectorize.
+  auto add_vec = [W](float* __restrict dst, const float* __restrict src) {
     for (int64_t l = 0; l < W; ++l) dst[l] += src[l];
   };
   int64_t i = 0;
