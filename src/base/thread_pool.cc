@@ -51,6 +51,7 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  wait_async();
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -62,15 +63,28 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop(int index) {
   t_in_pool = true;
   uint64_t seen = 0;
+  // Worker 1 also takes run_async() tasks.
+  auto async_ready = [&] {
+    return index == 1 && async_state_.load(std::memory_order_acquire) == kAsyncPending;
+  };
   for (;;) {
-    // Fast path: spin briefly for the next generation, then sleep.
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; },
+    // Fast path: spin briefly for the next generation (or task), then sleep.
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || async_ready(); },
                     oversubscribed_)) {
       std::unique_lock<std::mutex> lk(mu_);
       ++work_sleepers_;
-      cv_work_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      cv_work_.wait(lk, [&] {
+        return stop_ || generation_.load(std::memory_order_acquire) != seen || async_ready();
+      });
       --work_sleepers_;
       if (stop_) return;
+    }
+    if (async_ready()) {
+      async_fn_();
+      std::lock_guard<std::mutex> lk(mu_);
+      async_state_.store(kAsyncDone, std::memory_order_release);
+      if (async_waiter_sleeping_) cv_done_.notify_all();
+      continue;
     }
     seen = generation_.load(std::memory_order_acquire);
     // ranges_ and fn_ were published before the release store of generation_.
@@ -82,7 +96,7 @@ void ThreadPool::worker_loop(int index) {
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (caller_sleeping_) cv_done_.notify_one();
+      if (caller_sleeping_) cv_done_.notify_all();  // cv_done_ also serves wait_async()
     }
   }
 }
@@ -125,6 +139,37 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     caller_sleeping_ = false;
   }
+}
+
+void ThreadPool::run_async(std::function<void()> fn) {
+  STRATA_CHECK_MSG(async_state_.load(std::memory_order_acquire) != kAsyncPending,
+                   "ThreadPool::run_async: the previous task was not waited for");
+  if (num_threads_ <= 1 || t_in_pool) {
+    fn();
+    return;
+  }
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    async_fn_ = std::move(fn);
+    async_state_.store(kAsyncPending, std::memory_order_release);
+    wake = work_sleepers_ > 0;
+  }
+  if (wake) cv_work_.notify_all();
+}
+
+void ThreadPool::wait_async() {
+  if (async_state_.load(std::memory_order_acquire) == kAsyncIdle) return;
+  if (!spin_until([&] { return async_state_.load(std::memory_order_acquire) == kAsyncDone; },
+                  oversubscribed_)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    async_waiter_sleeping_ = true;
+    cv_done_.wait(lk, [&] { return async_state_.load(std::memory_order_acquire) == kAsyncDone; });
+    async_waiter_sleeping_ = false;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  async_fn_ = nullptr;  // the task's captures die here, on the caller's thread
+  async_state_.store(kAsyncIdle, std::memory_order_release);
 }
 
 void ThreadPool::parallel_for_stealing(int64_t n, const std::function<void(int64_t, int64_t)>& fn,

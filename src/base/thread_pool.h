@@ -59,6 +59,18 @@ class ThreadPool {
                              int64_t max_run = 4, const int64_t* home = nullptr,
                              int64_t* stolen = nullptr);
 
+  // Starts fn() on worker thread 1 and returns at once, so the caller can go on with other
+  // work (e.g. a forward pass's mHC mixes while the sublayer's GEMMs start). The worker runs
+  // fn before it takes part in later dispatches: meanwhile parallel_for_stealing's caller
+  // takes the worker's units, and parallel_for waits for the worker to finish fn and then its
+  // range. fn runs as a pool task (its own parallel_for calls run inline) and must not throw.
+  // Runs fn inline when the pool has no worker or when called from inside a pool task.
+  // One async task at a time per pool: call wait_async() before the next run_async(), and
+  // from the thread that called run_async().
+  void run_async(std::function<void()> fn);
+  // Returns when the task of the last run_async() has finished (at once if there is none).
+  void wait_async();
+
   // A process-wide default pool (size set by set_default_threads, default: available_cpus()).
   static ThreadPool& default_pool();
   static void set_default_threads(int num_threads);
@@ -84,6 +96,12 @@ class ThreadPool {
   // someone sleeps, so the common spinning case costs no futex syscall.
   int work_sleepers_ = 0;
   bool caller_sleeping_ = false;
+  // run_async: the task (written under mu_ before async_state_ becomes kAsyncPending, read by
+  // worker 1 after it observes that state) and its state.
+  static constexpr int kAsyncIdle = 0, kAsyncPending = 1, kAsyncDone = 2;
+  std::function<void()> async_fn_;
+  std::atomic<int> async_state_{kAsyncIdle};
+  bool async_waiter_sleeping_ = false;  // under mu_
 };
 
 }  // namespace strata

@@ -103,5 +103,82 @@ TEST(ThreadPoolTest, StealingTakesFromAnEmptyHandedThreadsNeighbours) {
   EXPECT_EQ(inner.load(), 20);
 }
 
+TEST(ThreadPoolTest, RunAsyncOverlapsTheCallersDispatches) {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  // The task holds worker 1 until the caller has finished a whole stealing dispatch: that
+  // dispatch can only complete if the caller takes the worker's units itself (10 s limit so
+  // a failure does not hang).
+  std::atomic<bool> dispatch_done{false}, task_ran{false};
+  std::thread::id task_thread;
+  pool.run_async([&] {
+    task_thread = std::this_thread::get_id();
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!dispatch_done && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    task_ran = true;
+  });
+  const int64_t n = 32;
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int> by_caller{0};
+  // The caller may finish every unit while the worker is busy; the dispatch returns only
+  // after the worker has acknowledged it, i.e. after the task.
+  std::thread releaser([&] {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (by_caller.load() < n && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    dispatch_done = true;
+  });
+  pool.parallel_for_stealing(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[i]++;
+    if (std::this_thread::get_id() == caller) by_caller += static_cast<int>(e - b);
+  });
+  releaser.join();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+  EXPECT_EQ(by_caller.load(), n);  // the worker was busy with the task throughout
+  pool.wait_async();
+  EXPECT_TRUE(task_ran.load());
+  EXPECT_NE(task_thread, caller);
+  // Again, and a parallel_for issued while the task runs waits for it.
+  std::atomic<int> order{0}, task_order{-1}, range_order{-1};
+  pool.run_async([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    task_order = order++;
+  });
+  pool.parallel_for(2, [&](int64_t b, int64_t) {
+    if (b == 1) range_order = order++;
+  });
+  pool.wait_async();
+  EXPECT_EQ(task_order.load(), 0);
+  EXPECT_EQ(range_order.load(), 1);
+  pool.wait_async();  // nothing pending: returns at once
+}
+
+TEST(ThreadPoolTest, RunAsyncRunsInlineWithoutAWorkerOrInsideATask) {
+  ThreadPool one(1);
+  const auto caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  one.run_async([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, caller);  // finished before run_async returned
+  one.wait_async();
+  ThreadPool two(2);
+  std::atomic<int> inline_runs{0};
+  two.parallel_for(2, [&](int64_t, int64_t) {
+    const auto me = std::this_thread::get_id();
+    std::thread::id t;
+    two.run_async([&] { t = std::this_thread::get_id(); });
+    if (t == me) ++inline_runs;
+  });
+  EXPECT_EQ(inline_runs.load(), 2);
+  // A pool destroyed with a task in flight waits for it.
+  std::atomic<bool> done{false};
+  {
+    ThreadPool p(2);
+    p.run_async([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = true;
+    });
+  }
+  EXPECT_TRUE(done.load());
+}
+
 }  // namespace
 }  // namespace strata

@@ -301,6 +301,9 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   std::vector<float> preA(S * hc), postA(S * hc), combA(S * hc * hc);
   std::vector<float> preF(S * hc), postF(S * hc), combF(S * hc * hc);
   std::vector<float> x(S * D), xn(S * D), f(S * D);
+  // mHC mixes on the pool's worker while the sublayer runs (see `mixes` below): for decode
+  // steps (in a prefill the sublayer's own dispatches keep every thread busy).
+  const bool async_mixes = pool_ && pool_->num_threads() > 1 && S == 1;
   for (int L = 0; L < cf.n_layers; ++L) {
     const LayerSchedule& ls = cf.layers[L];
     const V41BlockWeights& bw = weights_->layer(L);
@@ -312,10 +315,28 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     }
     // One sublayer's mHC steps (each a --breakdown phase): its mixes (pre/post/comb), and
     // the input collapsed with `pre` then normalized into xn.
+    //
+    // The sublayer's own mixes are first needed by its post (V4.1's lagged pre: its input is
+    // collapsed with the previous sublayer's pre), so with a worker thread they run there
+    // while the caller goes on into the sublayer (ThreadPool::run_async), and mixes_done()
+    // waits for them before the post. Same arithmetic either way. Only c.h is shared, and
+    // nothing writes it before the post.
     auto mixes = [&](const V41MhcWeights& w, float* pre, float* post, float* comb) {
+      auto run = [&c, &w, &cf, S, hc, D, pre, post, comb](ThreadPool* pool) {
+        hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+                 pre, post, comb, c.vbase, c.vS, pool);
+      };
+      if (async_mixes) {
+        pool_->run_async([run] { run(nullptr); });  // on the worker: its dispatches run inline
+        return;
+      }
       profile::PhaseScope phase("mhc: mixes, sinkhorn", static_cast<double>(w.fn.num_bytes));
-      hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps, pre,
-               post, comb, c.vbase, c.vS, pool_.get());
+      run(pool_.get());
+    };
+    auto mixes_done = [&] {
+      if (!async_mixes) return;
+      profile::PhaseScope phase("mhc: mixes on the worker, waited for");
+      pool_->wait_async();
     };
     auto collapse = [&](const float* pre, const TensorView& norm) {
       profile::PhaseScope phase("mhc: pre + rms norm");
@@ -332,12 +353,14 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     collapse(pre_prev.data(), bw.attn_norm);
     attention(L, xn.data(), c, f.data());
     dump(ln + "attn_out", f.data(), {S, D});
+    mixes_done();
     post(postA.data(), combA.data());
     // FFN sublayer: collapsed with the attention's pre.
     mixes(bw.hc_ffn, preF.data(), postF.data(), combF.data());
     collapse(preA.data(), bw.ffn_norm);
     moe(L, xn.data(), c, f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
+    mixes_done();
     post(postF.data(), combF.data());
     dump(ln + "block_out", c.h.data(), {S, hc, D});
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
