@@ -50,6 +50,24 @@ std::vector<PhaseTotals> snapshot();
 // Zeroes every phase's totals (names stay registered).
 void reset();
 
+// Marks work that must not count as a phase of the thread it runs on: scopes opened inside
+// it are nested and so not timed. For work a pool worker runs beside the caller's phases
+// (ThreadPool::run_async), whose wall time is not part of the caller's.
+class Untimed {
+ public:
+  Untimed() : active_(enabled()) {
+    if (active_) ++detail::t_depth;
+  }
+  ~Untimed() {
+    if (active_) --detail::t_depth;
+  }
+  Untimed(const Untimed&) = delete;
+  Untimed& operator=(const Untimed&) = delete;
+
+ private:
+  bool active_;
+};
+
 // Times its own lifetime as phase `name` (a string literal) when profiling is enabled and no
 // other scope is open on this thread. `bytes`: what the phase reads, for a GB/s column (0 if
 // not meaningful).

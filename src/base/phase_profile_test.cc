@@ -79,5 +79,24 @@ TEST(PhaseProfile, ThreadsAreIndependentAndToggleIsBalanced) {
   EXPECT_EQ(find(snap, "test: after toggle")->calls, 1);
 }
 
+// Untimed: scopes inside it are not counted; after it closes, scopes count again.
+TEST(PhaseProfile, UntimedHidesTheScopesInsideIt) {
+  set_enabled(true);
+  reset();
+  {
+    Untimed u;
+    PhaseScope hidden("test: under untimed", 5);
+  }
+  { PhaseScope shown("test: after untimed", 7); }
+  set_enabled(false);
+  const auto snap = snapshot();
+  const auto* hidden = find(snap, "test: under untimed");
+  EXPECT_TRUE(hidden == nullptr || hidden->calls == 0);
+  const auto* shown = find(snap, "test: after untimed");
+  ASSERT_NE(shown, nullptr);
+  EXPECT_EQ(shown->calls, 1);
+  EXPECT_EQ(shown->bytes, 7.0);
+}
+
 }  // namespace
 }  // namespace strata::profile
