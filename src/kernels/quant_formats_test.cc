@@ -177,10 +177,13 @@ TEST(QuantFormats, Fp8DequantizeEveryCodeAndScaleBitExact) {
   // where it cannot (NaN codes, huge or NaN scales).
   std::vector<uint8_t> codes(256);
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>((c * 37) & 0xFF);  // a permutation
+  for (bool avx512 : {true, false})  // the AVX-512 path (where the CPU has it), the F16C path
   for (int e : {0, 1, 100, 120, 127, 135, 226, 227, 254, 255}) {
     const std::vector<uint8_t> scales(4, static_cast<uint8_t>(e));
     std::vector<float> got(256);
+    kernels::set_avx512_enabled(avx512);
     fp8_ue8m0_dequantize(codes.data(), scales.data(), 256, 64, got.data());
+    kernels::set_avx512_enabled(true);
     for (int i = 0; i < 256; ++i) {
       const float want = e4m3_decode(codes[i]) * ue8m0_decode(static_cast<uint8_t>(e));
       if (std::isnan(want)) {
@@ -210,14 +213,16 @@ TEST(QuantFormats, QdqIsIdempotent) {
 }
 
 // FP4 dequantize: every byte (both nibbles) under E4M3 and UE8M0 scales (normal, subnormal,
-// negative, zero, NaN), on the scalar path and on the AVX2 path (8 values at a time, blocks
-// of 16 with an 8-wide tail and 32), equals e2m1_decode(nibble) * scale bit for bit.
+// negative, zero, NaN), on the scalar path, the AVX2 path (8 values at a time) and the
+// AVX-512 path (16 at a time, then AVX2: blocks of 16, 32 and 24 = 16 + an 8-wide tail), equals e2m1_decode(nibble) * scale bit for bit.
 TEST(QuantFormats, Fp4DequantizeEveryCodeAndScaleBitExactOnEveryIsa) {
   const int n = 768;  // a multiple of 16, 24 and 32; n / 2 >= 256 bytes
   std::vector<uint8_t> packed(n / 2);
   for (int c = 0; c < n / 2; ++c) packed[c] = static_cast<uint8_t>((c * 101 + 7) & 0xFF);
-  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+  for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX-512 (where the CPU has it)
+    const kernels::Isa isa = mode == 0 ? kernels::Isa::kScalar : kernels::Isa::kAvx2;
     kernels::force_isa(isa);
+    kernels::set_avx512_enabled(mode == 2);
     for (int sb : {0x00, 0x01, 0x07, 0x38, 0x77, 0x7E, 0x7F, 0x80, 0xB5, 0xFE}) {
       for (int block : {16, 32, 24}) {
         const std::vector<uint8_t> sc(n / block, static_cast<uint8_t>(sb));
@@ -241,6 +246,7 @@ TEST(QuantFormats, Fp4DequantizeEveryCodeAndScaleBitExactOnEveryIsa) {
     }
   }
   kernels::force_isa(kernels::Isa::kAvx2);
+  kernels::set_avx512_enabled(true);
 }
 
 }  // namespace
