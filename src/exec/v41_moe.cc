@@ -107,7 +107,7 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
   float* const h = s_h.get(static_cast<size_t>(h_off[n]));
   for (size_t i = 0; i < n; ++i) {
     const ExpertCall& c = calls[i];
-    const int64_t m = static_cast<int64_t>(c.toks.size()), I = c.w->w1.out;
+    const int64_t m = static_cast<int64_t>(c.toks.size());
     const QuantRows& q = quantized_x(up_block[i]);
     const int64_t nkb = D / q.block;
     up[i].y = y13 + y13_off[i];

@@ -6,8 +6,10 @@
 // (inference/model.py: compressor wkv/wgate at ratio > 1, the MoE gate, the LM head, the
 // mHC mixes; exec/v41_ops.h linear_f32 is the scalar statement of the same order).
 //
-// Layout: the weight is repacked once (e.g. at model load) into [ceil(N/8)][K][8] so that a
-// vector lane holds one output row: lanes never mix rows, so the vector kernels produce
+// Layout: the weight is repacked once (e.g. at model load) into tiles of 8 rows, grouped in
+// blocks of 8 tiles (64 rows) stored [K][tiles in the block][8] (the last block may hold
+// fewer tiles), so that for each k a block's rows are contiguous (one address stream per
+// pass) and a vector lane holds one output row: lanes never mix rows, so the vector kernels produce
 // bit-identical results to the scalar loop, for every M, N split and thread count
 // (batch- and thread-count-invariant; work is split over N only, never over K).
 // BF16 weights stay 2 bytes per element (widened in registers), F32 stay 4.
@@ -28,8 +30,8 @@ namespace strata::kernels {
 struct PackedSeqWeight {
   int64_t n = 0, k = 0;
   bool bf16 = true;             // element type of `data16` (true) or `data32` (false)
-  std::vector<uint16_t> data16; // [ceil(N/8)][K][8] bf16 bits, padding rows 0
-  std::vector<float> data32;    // [ceil(N/8)][K][8] f32
+  std::vector<uint16_t> data16; // blocks of [K][<= 8 tiles][8] bf16 bits, padding rows 0
+  std::vector<float> data32;    // the same layout, f32
   int64_t bytes() const {
     return static_cast<int64_t>(data16.size() * 2 + data32.size() * 4);
   }
