@@ -267,13 +267,21 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
 
   // Σ routed (ascending expert id, each token's rows in place), then + shared, bf16.
   float* const y = s_y.get_zeroed(S * D);
+  // Element-wise loops over distinct buffers (restrict: vectorized, same per-element order).
+  auto add_row = [D](float* __restrict dst, const float* __restrict src) {
+    for (int64_t d = 0; d < D; ++d) dst[d] += src[d];
+  };
   for (size_t i = 0; i + 1 < calls.size(); ++i) {
     const ExpertCall& call = calls[i];
     for (size_t r = 0; r < call.toks.size(); ++r)
-      for (int64_t d = 0; d < D; ++d) y[call.toks[r] * D + d] += eo[eo_off[i] + r * D + d];
+      add_row(y + call.toks[r] * D, eo + eo_off[i] + static_cast<int64_t>(r) * D);
   }
   const float* const se = eo + eo_off[calls.size() - 1];  // the shared expert's rows
-  for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + se[i]);
+  auto finish = [](const float* __restrict a, const float* __restrict b, float* __restrict o,
+                   int64_t n) {
+    for (int64_t i = 0; i < n; ++i) o[i] = round_to_bf16(a[i] + b[i]);
+  };
+  finish(y, se, out, S * D);
 }
 
 }  // namespace strata

@@ -208,6 +208,9 @@ STRATA_TARGET_F16C int fp8_dequant_block_f16c(const uint8_t* codes, float s, int
   }
   return i;
 }
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // fp8_dequant_block_f16c with AVX-512: 16 codes per step, zero-extended to 16-bit lanes,
 // shifted into the binary16 bit positions (decode16_e4m3's trick) and widened to a zmm, times
 // s·256: the same single rounded product per value. Same conditions and return value.
@@ -227,6 +230,7 @@ STRATA_TARGET_AVX512 int fp8_dequant_block_avx512(const uint8_t* codes, float s,
   }
   return i;
 }
+#pragma GCC diagnostic pop
 }  // namespace
 
 void fp8_ue8m0_dequantize(const uint8_t* codes, const uint8_t* scales, int n, int block,
@@ -294,6 +298,9 @@ STRATA_TARGET_F16C int fp4_dequant_block_avx2(const uint8_t* src, float s, int b
   return i;
 }
 
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // fp4_dequant_block_avx2 with AVX-512: 16 values (8 bytes) per step, each nibble (sign in
 // bit 3) an index into a 16-entry table of the signed E2M1 values, times s: the same exact
 // product as the scalar kVals[code] * s.
@@ -314,6 +321,7 @@ STRATA_TARGET_AVX512 int fp4_dequant_block_avx512(const uint8_t* src, float s, i
   }
   return i;
 }
+#pragma GCC diagnostic pop
 
 template <typename DecodeScale>
 void fp4_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block, float* out,
@@ -352,7 +360,7 @@ void fp4_ue8m0_quantize(const float* x, int n, int block, uint8_t* packed, uint8
 }
 void fp4_ue8m0_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block,
                           float* out) {
-  fp4_dequantize(packed, scales, n, block, out, ue8m0_decode);
+  fp4_dequantize(packed, scales, n, block, out, [](uint8_t b) { return ue8m0_decode(b); });
 }
 void fp4_ue8m0_qdq(float* x, int n, int block) { fp4_qdq(x, n, block, fp4_ue8m0_scale); }
 
@@ -361,7 +369,7 @@ void fp4_e4m3_quantize(const float* x, int n, int block, uint8_t* packed, uint8_
 }
 void fp4_e4m3_dequantize(const uint8_t* packed, const uint8_t* scales, int n, int block,
                          float* out) {
-  fp4_dequantize(packed, scales, n, block, out, e4m3_decode);
+  fp4_dequantize(packed, scales, n, block, out, [](uint8_t b) { return e4m3_decode(b); });
 }
 void fp4_e4m3_qdq(float* x, int n, int block) { fp4_qdq(x, n, block, fp4_e4m3_scale); }
 
