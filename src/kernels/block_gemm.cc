@@ -108,10 +108,10 @@ void fill_panel_scalar(const Src& s, int64_t n0, int64_t kb, float* panel, float
       }
       case Src::kFp4Packed: {
         sw[l] = s.pscales(n0 / kTile, kb).at(l);
-        const uint8_t* src = s.pcodes(n0 / kTile, kb) + l / 2;
+        const uint8_t* src = s.pcodes(n0 / kTile, kb);
         const int shift = (l % 2) * 4;
         for (int k = 0; k < bk; ++k)
-          panel[k * kTile + l] = L.e2m1[(src[packed_k_offset(k, kTile / 2)] >> shift) & 0xf];
+          panel[k * kTile + l] = L.e2m1[(src[packed_fp4_byte(k, l)] >> shift) & 0xf];
         break;
       }
     }
@@ -219,8 +219,10 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
     case Src::kFp4Packed: {
       for (int l = 0; l < kTile; ++l) sw[l] = s.pscales(n0 / kTile, kb).at(l) * kFold;
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
-      for (int k = 0; k < bk; k += 2) {
-        simd::decode16_e2m1(src + packed_k_offset(k, kTile / 2), &lo, &hi);
+      for (int k = 0; k < bk; k += 2) {  // the transposed tile chunks (block_gemm.h)
+        simd::decode16_e2m1_bytes(
+            simd::fp4_pair_bytes(src + packed_k_offset(k - k % kPackChunkK, kTile / 2), k), &lo,
+            &hi);
         _mm256_storeu_ps(panel + k * kTile, lo);
         _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
       }
@@ -367,11 +369,13 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                   // row 1
   const float* x0 = a.q + m0 * K + k0;
   const float* x1 = x0 + K;
-  auto dec = [](const uint8_t* q, __m256* lo, __m256* hi) __attribute__((always_inline, target("avx2,fma,f16c"))) {
+  // q: the tile's K block start (`off` is added here: FP4 reads its transposed chunk).
+  auto dec = [](const uint8_t* q, int k, __m256* lo, __m256* hi) __attribute__((always_inline, target("avx2,fma,f16c"))) {
     if constexpr (kFp4) {
-      simd::decode16_e2m1(q, lo, hi);
+      simd::decode16_e2m1_bytes(
+          simd::fp4_pair_bytes(q + packed_k_offset(k - k % kPackChunkK, bytes_per_k), k), lo, hi);
     } else {
-      simd::decode16_e4m3(q, lo, hi);
+      simd::decode16_e4m3(q + packed_k_offset(k, bytes_per_k), lo, hi);
     }
   };
   const uint8_t* s0 = src[0];
@@ -379,12 +383,11 @@ STRATA_AVX2 inline void direct_block(const Src& s, int64_t g0, int ng, int64_t k
   const uint8_t* s2 = src[2];
   const uint8_t* s3 = src[3];
   for (int k = 0; k < bk; k += 2) {
-    const int64_t off = packed_k_offset(k, bytes_per_k);
     __m256 w0l, w0h, w1l, w1h, w2l, w2h, w3l, w3h;
-    dec(s0 + off, &w0l, &w0h);
-    dec(s1 + off, &w1l, &w1h);
-    dec(s2 + off, &w2l, &w2h);
-    dec(s3 + off, &w3l, &w3h);
+    dec(s0, k, &w0l, &w0h);
+    dec(s1, k, &w1l, &w1h);
+    dec(s2, k, &w2l, &w2h);
+    dec(s3, k, &w3l, &w3h);
     __m256 xb = _mm256_set1_ps(x0[k]);
     a0 = _mm256_fmadd_ps(xb, w0l, a0);
     a1 = _mm256_fmadd_ps(xb, w1l, a1);
@@ -670,7 +673,7 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form) {
   p.k = w.k;
   const int64_t tiles = padded_tiles(w.n), nkb = w.k / 32;
   const bool bytes = form == PackedScales::kAuto && e8m0_bytes_normal(w.scales_e8m0, w.n * nkb);
-  p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2)), 0);
+  p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2) + kPackedFp4Padding), 0);
   const size_t nscales = static_cast<size_t>(tiles * kTile * nkb);
   if (bytes) {
     p.scales_e8m0.assign(nscales, 127);
@@ -683,7 +686,7 @@ PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form) {
       const uint8_t byte = w.packed[n * (w.k / 2) + k / 2];
       const uint8_t code = (k % 2 == 0) ? (byte & 0xf) : (byte >> 4);
       uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) +
-                             packed_k_offset(k % 32, kTile / 2) + l / 2];
+                             packed_fp4_byte(k % 32, l)];
       dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
     }
     for (int64_t kb = 0; kb < nkb; ++kb) {

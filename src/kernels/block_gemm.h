@@ -106,7 +106,11 @@ void linear_bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_
 // K index, row 2j in the low nibble of byte j), and so that decode (M = 1..4), which walks the
 // kPackGroup tiles of a group together, reads memory in address order:
 //   codes  [ceil(tiles/8)][K/block_k][block_k/4 chunks][8 tiles][4 K][8 rows]
-//          (tiles padded to 8: zero rows; a chunk is 256 bytes for FP8, 128 for FP4)
+//          (tiles padded to 8: zero rows; a chunk is 256 bytes for FP8, 128 for FP4).
+//          FP4 stores each tile's 16 bytes of a chunk transposed, [4 bytes j][4 K]: byte j
+//          (rows 2j, 2j+1) of K index q at 4j + q, so a dword holds one row pair at the
+//          chunk's 4 K indices (what the AVX-512 dot path multiplies; packed_fp4_byte), and
+//          the codes end with 64 bytes of zero padding (that path reads 64 bytes at p + 1).
 //   scales [ceil(tiles/8)][K/block_k][8 tiles][8 rows]            (one per row per K block)
 // (Interleaving the tiles every 4 K indices matters: a core reading 8 tiles that are each a
 // separate 1 KB run streams ~20 GB/s on the dev VM against ~28 GB/s in address order.)
@@ -149,9 +153,9 @@ enum class PackedScales : uint8_t { kAuto, kF32 };
 // Offsets in codes (`bytes_per_k` = 8 for FP8, 4 for FP4): packed_code_offset is where tile
 // `t`'s K block `kb` starts (its first chunk; block_k K indices × 8 rows), packed_k_offset the
 // offset from there of K index k of the block (0 <= k < block_k): the byte of (t, kb·block_k
-// + k, row l) is codes[packed_code_offset(..) + packed_k_offset(k, ..) + l] for FP8 (l / 2,
-// nibble l % 2, for FP4). Two consecutive K indices 2j, 2j+1 of a tile are contiguous, and so
-// are a chunk's 4. A group's K block is one contiguous run of kPackGroup·block_k·bytes_per_k
+// + k, row l) is codes[packed_code_offset(..) + packed_k_offset(k, ..) + l] for FP8 (FP4:
+// + packed_fp4_byte(k, l), nibble l % 2). For FP8 two consecutive K indices 2j, 2j+1 of a tile
+// are contiguous, and so are a chunk's 4 (for FP4 a chunk's 16 bytes of a tile). A group's K block is one contiguous run of kPackGroup·block_k·bytes_per_k
 // bytes starting at packed_code_offset(t, kb, ..) for t % kPackGroup == 0.
 inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t block_k,
                                   int64_t bytes_per_k) {
@@ -161,6 +165,12 @@ inline int64_t packed_code_offset(int64_t t, int64_t kb, int64_t nkb, int64_t bl
 inline int64_t packed_k_offset(int64_t k, int64_t bytes_per_k) {
   return (k / kPackChunkK) * kPackGroup * kPackChunkK * bytes_per_k + (k % kPackChunkK) * bytes_per_k;
 }
+// FP4: the byte holding (K index k of the block, row l) of a tile, from the tile's K-block
+// start (packed_code_offset); the row is in nibble l % 2.
+inline int64_t packed_fp4_byte(int64_t k, int64_t l) {
+  return packed_k_offset(k - k % kPackChunkK, 4) + (l / 2) * kPackChunkK + k % kPackChunkK;
+}
+inline constexpr int64_t kPackedFp4Padding = 64;
 inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
   return (((t / kPackGroup) * nkb + kb) * kPackGroup + t % kPackGroup) * 8;
 }

@@ -112,12 +112,23 @@ STRATA_AVX512 STRATA_INLINE Partials chain_block(const uint8_t* base, int bk, co
   const uint8_t* c2 = base + 4 * ts;
   const uint8_t* c3 = base + 6 * ts;
   for (int k = 0; k < bk; k += 2) {
-    const int64_t off = packed_k_offset(k, bpk);
     __m512 w00, w01, w10, w11, w20, w21, w30, w31;
-    simd::decode_pair512<kFp4>(c0 + off, c0 + ts + off, &w00, &w01);
-    simd::decode_pair512<kFp4>(c1 + off, c1 + ts + off, &w10, &w11);
-    simd::decode_pair512<kFp4>(c2 + off, c2 + ts + off, &w20, &w21);
-    simd::decode_pair512<kFp4>(c3 + off, c3 + ts + off, &w30, &w31);
+    if constexpr (kFp4) {  // tile chunks in the transposed FP4 order (block_gemm.h)
+      const int64_t off = packed_k_offset(k - k % kPackChunkK, bpk);
+      auto pair = [k](const uint8_t* c, __m512* a, __m512* b) __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))) {
+        simd::decode_pair512_fp4(simd::fp4_pair_bytes(c, k), simd::fp4_pair_bytes(c + ts, k), a, b);
+      };
+      pair(c0 + off, &w00, &w01);
+      pair(c1 + off, &w10, &w11);
+      pair(c2 + off, &w20, &w21);
+      pair(c3 + off, &w30, &w31);
+    } else {
+      const int64_t off = packed_k_offset(k, bpk);
+      simd::decode_pair512_fp8(c0 + off, c0 + ts + off, &w00, &w01);
+      simd::decode_pair512_fp8(c1 + off, c1 + ts + off, &w10, &w11);
+      simd::decode_pair512_fp8(c2 + off, c2 + ts + off, &w20, &w21);
+      simd::decode_pair512_fp8(c3 + off, c3 + ts + off, &w30, &w31);
+    }
     fma_step<kRows>(P, x0, x1, k, w00, w10, w20, w30);
     fma_step<kRows>(P, x0, x1, k + 1, w01, w11, w21, w31);
   }
@@ -421,22 +432,27 @@ STRATA_AVX512_EXT void group512_fp8_dot(const QuantActs& a, const Src& s, int64_
 
 // ---- FP4 dot path ----
 
-// The exact-block path reads a chunk (4 K indices x 8 tiles = 128 bytes; per tile 16 bytes:
-// K index q = 0..3 x byte j = rows 2j (low nibble) and 2j+1 (high nibble)) as two 64-byte
-// halves of 4 tiles. One VPERMB per half gathers dword lane (tile T, j) = byte j of K 0..3:
-// its low word then holds rows 2j / 2j+1 at K0 and K1 in nibbles 0-3, its high word the same
-// at K2 and K3. VPERMW on the dword shifted right by 0, 4, 8 and 12 bits (the table repeats
-// every 16 codes, so the bits above the nibble do not matter) maps nibble s of each word to
-// its bf16 value: row 2j at (K0, K2), row 2j+1 at (K0, K2), row 2j at (K1, K3), row 2j+1 at
-// (K1, K3). VDPBF16PS against the activation dwords (x[K0] | x[K2] << 16) and (x[K1] | x[K3]
-// << 16) adds both K indices of a row per lane: one VPERMB per 128 weights and one VPERMW per
-// 32 (the broadcast + VPMULTISHIFTQB + VPERMW per 32 it replaced decoded 1.27x slower from
-// L2). On an exact block every partial sum is exact, so this order gives the chain's value.
-// Even and odd rows accumulate apart and are interleaved back into tile order at the end.
+// The exact-block path reads a chunk (4 K indices x 8 tiles = 128 bytes; per tile 16 bytes
+// stored transposed, block_gemm.h: byte j = rows 2j (low nibble) and 2j+1 (high nibble) of
+// K index q at 4j + q) as two 64-byte halves of 4 tiles. Dword lane (tile T, j) of a half is
+// byte j of K 0..3: its low word holds rows 2j / 2j+1 at K0 and K1 in nibbles 0-3, its high
+// word the same at K2 and K3. VPERMW on the dword and on the dword shifted right by 4 bits
+// (the table repeats every 16 codes, so the bits above the nibble do not matter) maps nibble
+// 0 / 1 of each word to its bf16 value: rows 2j / 2j+1 at (K0, K2). The same 64 bytes loaded
+// again one byte later are the dwords shifted right by 8 bits (the byte that enters at the
+// top is only in bits VPERMW ignores), so VPERMW on that load and on it shifted by 4 gives
+// rows 2j / 2j+1 at (K1, K3). VDPBF16PS against the activation dwords (x[K0] | x[K2] << 16)
+// and (x[K1] | x[K3] << 16) adds both K indices of a row per lane: per 128 weights 2 shifts,
+// 4 VPERMW and 4 VDPBF16PS, which share this CPU's vector pipes (Zen 4: ~1.27 of these
+// per cycle). The transposed layout saves the VPERMB that gathered these dwords and the
+// reload the 8-bit shift: 10 ops instead of 12, 60 -> 74 G weights/s for the inner loop from
+// L1 (docs/PERFORMANCE.md, session 14). (The broadcast + VPMULTISHIFTQB + VPERMW per 32 of an
+// earlier version decoded 1.27x slower from L2.) On an exact block every partial sum is exact,
+// so this order gives the chain's value. Even and odd rows accumulate apart and are
+// interleaved back into tile order at the end.
 struct DotTables {
   // bf16 bits of the E2M1 values, indexed by the low 5 bits of a word (the 16 codes repeat).
   alignas(64) uint16_t value[32];
-  alignas(64) uint8_t gather[64];   // VPERMB index: dword lane (T, j) <- bytes (q0..q3) of j
   alignas(64) int32_t rows[2][16];  // VPERMT2PS: tiles (2h, 2h+1) from the (even, odd) lanes
   DotTables() {
     for (int c = 0; c < 32; ++c) {
@@ -444,10 +460,6 @@ struct DotTables {
       uint32_t bits;
       std::memcpy(&bits, &v, 4);
       value[c] = static_cast<uint16_t>(bits >> 16);
-    }
-    for (int b = 0; b < 64; ++b) {
-      const int lane = b / 4, q = b % 4;
-      gather[b] = static_cast<uint8_t>((lane / 4) * 16 + q * 4 + lane % 4);
     }
     for (int h = 0; h < 2; ++h)
       for (int r = 0; r < 8; ++r) {
@@ -463,14 +475,14 @@ const DotTables& dot_tables() {
 
 // The bf16 pairs of half a chunk at p (4 tiles x 4 K x 8 rows): w0 / w1 = even / odd rows at
 // (K0, K2), w2 / w3 = even / odd rows at (K1, K3).
-STRATA_AVX512_EXT STRATA_INLINE void dot_weights(const uint8_t* p, __m512i gather, __m512i table,
-                                                 __m512bh& w0, __m512bh& w1, __m512bh& w2,
-                                                 __m512bh& w3) {
-  const __m512i W = _mm512_permutexvar_epi8(gather, _mm512_loadu_si512(p));
+STRATA_AVX512_EXT STRATA_INLINE void dot_weights(const uint8_t* p, __m512i table, __m512bh& w0,
+                                                 __m512bh& w1, __m512bh& w2, __m512bh& w3) {
+  const __m512i W = _mm512_loadu_si512(p);      // dword lane (T, j): byte j at K0..K3
+  const __m512i V = _mm512_loadu_si512(p + 1);  // the same shifted right by 8 bits
   w0 = (__m512bh)_mm512_permutexvar_epi16(W, table);
   w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 4), table);
-  w2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 8), table);
-  w3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(W, 12), table);
+  w2 = (__m512bh)_mm512_permutexvar_epi16(V, table);
+  w3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(V, 4), table);
 }
 
 // Exact partials (true values, no 2^-8 factor) of one 32-wide K block by VDPBF16PS, for
@@ -483,7 +495,6 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
                                                    const DotTables& T) {
   static_assert(!kTwoGroups || kRows == 1);
   const __m512i table = _mm512_load_si512(T.value);
-  const __m512i gather = _mm512_load_si512(T.gather);
   const __m512 z = _mm512_setzero_ps();
   // First row or group: e/o = even/odd rows, 0/1 = tiles 0-3 / 4-7, a/b = (K0, K2) / (K1, K3).
   __m512 e0a = z, e0b = z, o0a = z, o0b = z, e1a = z, e1b = z, o1a = z, o1b = z;
@@ -501,12 +512,12 @@ STRATA_AVX512_EXT STRATA_INLINE Partials dot_block(const uint8_t* base, const ui
 #define STRATA_DOT(h, ea, eb, oa, ob, f, g)                                        \
   {                                                                                \
     __m512bh w0, w1, w2, w3;                                                       \
-    dot_weights(ch + 64 * (h), gather, table, w0, w1, w2, w3);                     \
+    dot_weights(ch + 64 * (h), table, w0, w1, w2, w3);                     \
     ea = _mm512_dpbf16_ps(ea, w0, xa);                                             \
     oa = _mm512_dpbf16_ps(oa, w1, xa);                                             \
     eb = _mm512_dpbf16_ps(eb, w2, xb);                                             \
     ob = _mm512_dpbf16_ps(ob, w3, xb);                                             \
-    if constexpr (kTwoGroups) dot_weights(ch2 + 64 * (h), gather, table, w0, w1, w2, w3); \
+    if constexpr (kTwoGroups) dot_weights(ch2 + 64 * (h), table, w0, w1, w2, w3); \
     if constexpr (kRows == 2 || kTwoGroups) {                                      \
       f = _mm512_dpbf16_ps(_mm512_dpbf16_ps(f, w0, ya), w2, yb);                   \
       g = _mm512_dpbf16_ps(_mm512_dpbf16_ps(g, w1, ya), w3, yb);                   \

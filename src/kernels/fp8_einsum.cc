@@ -205,10 +205,10 @@ struct Scaled2 {
 STRATA_AVX512 inline __attribute__((always_inline)) Scaled2 decode_scaled2(
     const uint8_t* base, int64_t off, int64_t ts, __m512 s0, __m512 s1, __m512 s2, __m512 s3) {
   Scaled2 d;
-  simd::decode_pair512<false>(base + off, base + ts + off, &d.u0, &d.v0);
-  simd::decode_pair512<false>(base + 2 * ts + off, base + 3 * ts + off, &d.u1, &d.v1);
-  simd::decode_pair512<false>(base + 4 * ts + off, base + 5 * ts + off, &d.u2, &d.v2);
-  simd::decode_pair512<false>(base + 6 * ts + off, base + 7 * ts + off, &d.u3, &d.v3);
+  simd::decode_pair512_fp8(base + off, base + ts + off, &d.u0, &d.v0);
+  simd::decode_pair512_fp8(base + 2 * ts + off, base + 3 * ts + off, &d.u1, &d.v1);
+  simd::decode_pair512_fp8(base + 4 * ts + off, base + 5 * ts + off, &d.u2, &d.v2);
+  simd::decode_pair512_fp8(base + 6 * ts + off, base + 7 * ts + off, &d.u3, &d.v3);
   d.u0 = _mm512_mul_ps(d.u0, s0);
   d.u1 = _mm512_mul_ps(d.u1, s1);
   d.u2 = _mm512_mul_ps(d.u2, s2);

@@ -55,8 +55,8 @@ STRATA_TARGET_F16C inline void decode16_e4m3(const uint8_t* p, __m256* lo, __m25
 // 8 bytes = 16 E2M1 nibbles (element 2j in the low nibble of byte j) -> two vectors of 8
 // (elements 0..7, 8..15), scaled by 2^-8 like decode16_e4m3: a nibble maps to the high byte
 // of the binary16 of value*2^-8 (all E2M1 values have a zero low byte there).
-STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m256* hi) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+// (decode16_e2m1_bytes: the same from the low 8 bytes of a register.)
+STRATA_TARGET_F16C inline void decode16_e2m1_bytes(__m128i b, __m256* lo, __m256* hi) {
   const __m128i m = _mm_set1_epi8(0x0f);
   const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
   // binary16 high bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-8, then the negatives
@@ -69,6 +69,19 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
   const __m128i z = _mm_setzero_si128();
   *lo = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, hb));
   *hi = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, hb));
+}
+STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m256* hi) {
+  decode16_e2m1_bytes(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), lo, hi);
+}
+
+// A packed FP4 tile chunk (block_gemm.h: 16 bytes, byte j of K index q at 4j + q) in K order
+// (byte 4q + j), then the 8 bytes of K indices (k, k+1), k even, in the low half: the bytes
+// decode16_e2m1_bytes and decode_pair512_fp4 take. `chunk`: the tile's chunk start.
+STRATA_TARGET_F16C inline __m128i fp4_pair_bytes(const uint8_t* chunk, int k) {
+  const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m128i c =
+      _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)), order);
+  return (k & 2) != 0 ? _mm_srli_si128(c, 8) : c;
 }
 
 // No software prefetch of the packed codes in the AVX-512 decode kernels: they read them in
@@ -83,36 +96,37 @@ STRATA_TARGET_F16C inline void decode16_e2m1(const uint8_t* p, __m256* lo, __m25
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// Tiles A and B at K indices (k, k+1) -> zmm of k and zmm of k+1 (values * 2^-8).
-template <bool kFp4>
-STRATA_TARGET_AVX512 inline void decode_pair512(const uint8_t* pa, const uint8_t* pb, __m512* wk,
-                                         __m512* wk1) {
+// FP4 tiles A and B at K indices (k, k+1) from the low 8 bytes of a8 / b8 (k: rows 0-7 in
+// bytes 0-3, k+1: bytes 4-7; fp4_pair_bytes) -> zmm of k and zmm of k+1 (values * 2^-8), one
+// tile per 256-bit half.
+STRATA_TARGET_AVX512 inline void decode_pair512_fp4(__m128i a8, __m128i b8, __m512* wk,
+                                                   __m512* wk1) {
   const __m256i z = _mm256_setzero_si256();
-  if constexpr (kFp4) {
-    // 8 bytes each: (k: rows 0-7 in bytes 0-3, k+1: bytes 4-7), one tile per 128-bit lane
-    const __m256i b = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pa))),
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb)), 1);
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    const __m256i nib = _mm256_unpacklo_epi8(_mm256_and_si256(b, m), _mm256_and_si256(_mm256_srli_epi16(b, 4), m));
-    const __m256i table = _mm256_setr_epi8(
-        0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26, static_cast<char>(0x80), static_cast<char>(0x98),
-        static_cast<char>(0x9C), static_cast<char>(0x9E), static_cast<char>(0xA0), static_cast<char>(0xA2),
-        static_cast<char>(0xA4), static_cast<char>(0xA6), 0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
-        static_cast<char>(0x80), static_cast<char>(0x98), static_cast<char>(0x9C), static_cast<char>(0x9E),
-        static_cast<char>(0xA0), static_cast<char>(0xA2), static_cast<char>(0xA4), static_cast<char>(0xA6));
-    const __m256i hb = _mm256_shuffle_epi8(table, nib);
-    *wk = _mm512_cvtph_ps(_mm256_unpacklo_epi8(z, hb));
-    *wk1 = _mm512_cvtph_ps(_mm256_unpackhi_epi8(z, hb));
-  } else {
-    // 16 bytes each: k in bytes 0-7, k+1 in bytes 8-15 (see decode16_e4m3)
-    const __m256i b = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
-    const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
-    *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
-    *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
-  }
+  const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(a8), b8, 1);
+  const __m256i m = _mm256_set1_epi8(0x0f);
+  const __m256i nib = _mm256_unpacklo_epi8(_mm256_and_si256(b, m), _mm256_and_si256(_mm256_srli_epi16(b, 4), m));
+  const __m256i table = _mm256_setr_epi8(
+      0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26, static_cast<char>(0x80), static_cast<char>(0x98),
+      static_cast<char>(0x9C), static_cast<char>(0x9E), static_cast<char>(0xA0), static_cast<char>(0xA2),
+      static_cast<char>(0xA4), static_cast<char>(0xA6), 0x00, 0x18, 0x1C, 0x1E, 0x20, 0x22, 0x24, 0x26,
+      static_cast<char>(0x80), static_cast<char>(0x98), static_cast<char>(0x9C), static_cast<char>(0x9E),
+      static_cast<char>(0xA0), static_cast<char>(0xA2), static_cast<char>(0xA4), static_cast<char>(0xA6));
+  const __m256i hb = _mm256_shuffle_epi8(table, nib);
+  *wk = _mm512_cvtph_ps(_mm256_unpacklo_epi8(z, hb));
+  *wk1 = _mm512_cvtph_ps(_mm256_unpackhi_epi8(z, hb));
+}
+
+// FP8 tiles A and B at K indices (k, k+1) -> zmm of k and zmm of k+1 (values * 2^-8).
+STRATA_TARGET_AVX512 inline void decode_pair512_fp8(const uint8_t* pa, const uint8_t* pb,
+                                                   __m512* wk, __m512* wk1) {
+  const __m256i z = _mm256_setzero_si256();
+  // 16 bytes each: k in bytes 0-7, k+1 in bytes 8-15 (see decode16_e4m3)
+  const __m256i b = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1);
+  const __m256i keep = _mm256_set1_epi16(static_cast<short>(0xBFFF));
+  *wk = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep));
+  *wk1 = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep));
 }
 
 #pragma GCC diagnostic pop
