@@ -832,15 +832,15 @@ void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys,
 }
 
 namespace {
-// Rows t..t+7 against one block of heads, for the zmm and ymm kernels below: 8 independent
-// FMA chains (fewer leave the FMA units idle, each chain waiting on its previous FMA's
-// latency), each sequential over i, then emit(row, acc) per row. Named accumulators: GCC
-// keeps an array of vectors in memory and stores it on every iteration. LOADQ(i): the head
-// block's q values at dim i.
+// Rows live[u..u+7] (all non-null) against one block of heads, for the zmm and ymm kernels
+// below: 8 independent FMA chains (fewer leave the FMA units idle, each chain waiting on its
+// previous FMA's latency), each sequential over i, then emit(row, acc) per row. Named
+// accumulators: GCC keeps an array of vectors in memory and stores it on every iteration.
+// LOADQ(i): the head block's q values at dim i.
 #define STRATA_QK_8ROWS(VEC, ZERO, LOADQ, FMADD, SET1)                                   \
-  for (; t + 8 <= t1; t += 8) {                                                          \
+  for (; u + 8 <= nlive; u += 8) {                                                       \
     const float* r[8];                                                                   \
-    for (int j = 0; j < 8; ++j) r[j] = rows[t + j] ? rows[t + j] : zeros.data();         \
+    for (int j = 0; j < 8; ++j) r[j] = rows[live[u + j]];                                \
     VEC a0 = ZERO, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;        \
     for (int64_t i = 0; i < d; ++i) {                                                    \
       const VEC qv = LOADQ(i);                                                           \
@@ -853,26 +853,24 @@ namespace {
       a6 = FMADD(qv, SET1(r[6][i]), a6);                                                 \
       a7 = FMADD(qv, SET1(r[7][i]), a7);                                                 \
     }                                                                                    \
-    emit(t, a0);                                                                         \
-    emit(t + 1, a1);                                                                     \
-    emit(t + 2, a2);                                                                     \
-    emit(t + 3, a3);                                                                     \
-    emit(t + 4, a4);                                                                     \
-    emit(t + 5, a5);                                                                     \
-    emit(t + 6, a6);                                                                     \
-    emit(t + 7, a7);                                                                     \
+    emit(live[u], a0);                                                                   \
+    emit(live[u + 1], a1);                                                               \
+    emit(live[u + 2], a2);                                                               \
+    emit(live[u + 3], a3);                                                               \
+    emit(live[u + 4], a4);                                                               \
+    emit(live[u + 5], a5);                                                               \
+    emit(live[u + 6], a6);                                                               \
+    emit(live[u + 7], a7);                                                               \
   }
 
-// 16 heads per zmm (masked for a ragged head count), 8 rows at a time (then 4, then 1): one
-// FMA chain per (row, head), sequential over i: the same bits as qk_heads_avx2 and the
-// scalar loop.
+// 16 heads per zmm (masked for a ragged head count), 8 rows at a time (then 4, then 1), over
+// the non-null rows live[0..nlive): one FMA chain per (row, head), sequential over i: the
+// same bits as qk_heads_avx2 and the scalar loop.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
     const float* qT, const float* const* rows, int64_t n_rows, int64_t d, int64_t nh,
-    float scale, float* out, int64_t t0, int64_t t1) {
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  static const std::vector<float> zeros(1 << 12, 0.0f);
+    float scale, float* out, const int64_t* live, int64_t nlive) {
   alignas(64) float tmp[16];
   for (int64_t hb = 0; hb < nh; hb += 16) {
     const int nlane = static_cast<int>(std::min<int64_t>(16, nh - hb));
@@ -880,17 +878,17 @@ __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
     const float* qb = qT + hb;
     auto emit = [&](int64_t row, __m512 acc) __attribute__((always_inline, target("avx512f"))) {
       _mm512_store_ps(tmp, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
-      for (int l = 0; l < nlane; ++l) out[(hb + l) * n_rows + row] = rows[row] ? tmp[l] : kNegInf;
+      for (int l = 0; l < nlane; ++l) out[(hb + l) * n_rows + row] = tmp[l];
     };
-    int64_t t = t0;
+    int64_t u = 0;
 #define STRATA_QZ(i) _mm512_maskz_loadu_ps(m, qb + (i) * nh)
     STRATA_QK_8ROWS(__m512, _mm512_setzero_ps(), STRATA_QZ, _mm512_fmadd_ps, _mm512_set1_ps)
 #undef STRATA_QZ
-    for (; t + 4 <= t1; t += 4) {
-      const float* r0 = rows[t] ? rows[t] : zeros.data();
-      const float* r1 = rows[t + 1] ? rows[t + 1] : zeros.data();
-      const float* r2 = rows[t + 2] ? rows[t + 2] : zeros.data();
-      const float* r3 = rows[t + 3] ? rows[t + 3] : zeros.data();
+    for (; u + 4 <= nlive; u += 4) {
+      const float* r0 = rows[live[u]];
+      const float* r1 = rows[live[u + 1]];
+      const float* r2 = rows[live[u + 2]];
+      const float* r3 = rows[live[u + 3]];
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t i = 0; i < d; ++i) {
         const __m512 qv = _mm512_maskz_loadu_ps(m, qb + i * nh);
@@ -899,31 +897,30 @@ __attribute__((target("avx512f,avx2,fma"))) void qk_heads_avx512(
         a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r2[i]), a2);
         a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r3[i]), a3);
       }
-      emit(t, a0);
-      emit(t + 1, a1);
-      emit(t + 2, a2);
-      emit(t + 3, a3);
+      emit(live[u], a0);
+      emit(live[u + 1], a1);
+      emit(live[u + 2], a2);
+      emit(live[u + 3], a3);
     }
-    for (; t < t1; ++t) {
-      const float* r0 = rows[t] ? rows[t] : zeros.data();
+    for (; u < nlive; ++u) {
+      const float* r0 = rows[live[u]];
       __m512 a0 = _mm512_setzero_ps();
       for (int64_t i = 0; i < d; ++i)
         a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qb + i * nh), _mm512_set1_ps(r0[i]), a0);
-      emit(t, a0);
+      emit(live[u], a0);
     }
   }
 }
 #pragma GCC diagnostic pop
 
-// 8 rows at a time, then single rows; 8 heads per ymm. Also the AVX-512 path's kernel for
-// <= 8 heads (a thread's share of the heads in pooled decode attention): a masked zmm would
-// leave half its lanes idle, while two ymm FMAs per cycle keep the FMA units full.
+// 8 rows at a time, then single rows, over the non-null rows live[0..nlive); 8 heads per
+// ymm. Also the AVX-512 path's kernel for <= 8 heads (a thread's share of the heads in
+// pooled decode attention): a masked zmm would leave half its lanes idle, while two ymm FMAs
+// per cycle keep the FMA units full.
 __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const float* const* rows,
                                                         int64_t n_rows, int64_t d, int64_t nh,
-                                                        float scale, float* out, int64_t t0,
-                                                        int64_t t1) {
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  static const std::vector<float> zeros(1 << 12, 0.0f);
+                                                        float scale, float* out,
+                                                        const int64_t* live, int64_t nlive) {
   alignas(32) float tmp[8];
   for (int64_t hb = 0; hb < nh; hb += 8) {
     std::vector<float> qpad;
@@ -938,18 +935,17 @@ __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const fl
     }
     auto emit = [&](int64_t row, __m256 acc) __attribute__((always_inline, target("avx2,fma"))) {
       _mm256_store_ps(tmp, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
-      for (int64_t h = hb; h < std::min(nh, hb + 8); ++h)
-        out[h * n_rows + row] = rows[row] ? tmp[h - hb] : kNegInf;
+      for (int64_t h = hb; h < std::min(nh, hb + 8); ++h) out[h * n_rows + row] = tmp[h - hb];
     };
-    int64_t t = t0;
+    int64_t u = 0;
 #define STRATA_QY(i) _mm256_loadu_ps(qb + (i) * ld)
     STRATA_QK_8ROWS(__m256, _mm256_setzero_ps(), STRATA_QY, _mm256_fmadd_ps, _mm256_set1_ps)
 #undef STRATA_QY
-    for (; t < t1; ++t) {
-      const float* r0 = rows[t] ? rows[t] : zeros.data();
+    for (; u < nlive; ++u) {
+      const float* r0 = rows[live[u]];
       __m256 a0 = _mm256_setzero_ps();
       for (int64_t i = 0; i < d; ++i) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + i * ld), _mm256_set1_ps(r0[i]), a0);
-      emit(t, a0);
+      emit(live[u], a0);
     }
   }
 }
@@ -959,12 +955,26 @@ __attribute__((target("avx2,fma"))) void qk_heads_avx2(const float* qT, const fl
 void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, int64_t d,
                      int64_t n_heads, float scale, float* out, int64_t t0, int64_t t1) {
   STRATA_CHECK(d <= (1 << 12));
-  if (kernels::avx512_active() && n_heads > 8) {
-    qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
-    return;
-  }
-  if (kernels::avx512_active() || kernels::active_isa() == kernels::Isa::kAvx2) {
-    qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, t0, t1);
+  const bool v512 = kernels::avx512_active();
+  if (v512 || kernels::active_isa() == kernels::Isa::kAvx2) {
+    // Null rows (the reference's -1 entries: window slots before position 0, top-k padding)
+    // score -inf without any work; the vector kernels run over the others.
+    thread_local std::vector<int64_t> live;
+    live.clear();
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t t = t0; t < t1; ++t) {
+      if (rows[t]) {
+        live.push_back(t);
+      } else {
+        for (int64_t h = 0; h < n_heads; ++h) out[h * n_rows + t] = kNegInf;
+      }
+    }
+    const int64_t nlive = static_cast<int64_t>(live.size());
+    if (v512 && n_heads > 8) {
+      qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, live.data(), nlive);
+    } else {
+      qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, live.data(), nlive);
+    }
     return;
   }
   const float kNegInf = -std::numeric_limits<float>::infinity();
