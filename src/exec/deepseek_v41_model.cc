@@ -304,6 +304,14 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   // mHC mixes on the pool's worker while the sublayer runs (see `mixes` below): for decode
   // steps (in a prefill the sublayer's own dispatches keep every thread busy).
   const bool async_mixes = pool_ && pool_->num_threads() > 1 && S == 1;
+  // Should anything leave this scope early (an exception), the worker's mixes task must end
+  // before the buffers it reads and writes go away.
+  struct WaitAsyncOnExit {
+    ThreadPool* pool;
+    ~WaitAsyncOnExit() {
+      if (pool != nullptr) pool->wait_async();
+    }
+  } wait_on_exit{async_mixes ? pool_.get() : nullptr};
   for (int L = 0; L < cf.n_layers; ++L) {
     const LayerSchedule& ls = cf.layers[L];
     const V41BlockWeights& bw = weights_->layer(L);
