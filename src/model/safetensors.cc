@@ -230,6 +230,17 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   } catch (const std::exception& e) {  // nlohmann type errors etc.; should not happen
     return data_loss("{}: bad header: {}", path, e.what());
   }
+  // safetensors aligns nothing: a tensor may start at an offset that is not a multiple of
+  // its element size (a file whose header length or earlier tensors are odd-sized), where
+  // typed reads through f32() / u16() are undefined. Such tensors are copied once into
+  // owned, aligned memory; aligned ones (every released checkpoint's) stay in the mapping.
+  for (auto& [name, t] : f->tensors_) {
+    const size_t es = dtype_size(t.dtype);
+    if (t.num_bytes == 0 || es <= 1 || reinterpret_cast<uintptr_t>(t.data) % es == 0) continue;
+    auto& copy = f->aligned_copies_.emplace_back(new uint64_t[(t.num_bytes + 7) / 8]);
+    std::memcpy(copy.get(), t.data, t.num_bytes);
+    t.data = reinterpret_cast<const uint8_t*>(copy.get());
+  }
   if (progress && size > kProgressMinBytes) prefault(path, base, size);
   return f;
 }

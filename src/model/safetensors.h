@@ -71,6 +71,8 @@ class SafetensorsFile {
   size_t map_bytes_ = 0;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> metadata_;
+  // Tensors whose data in the mapping is not aligned to their element size, copied (open()).
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
 };
 
 class SafetensorsCheckpoint {

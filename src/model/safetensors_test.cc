@@ -433,5 +433,26 @@ TEST_F(SafetensorsTest, WriteRejectsBadInput) {
   EXPECT_FALSE(st.ok());
 }
 
+// safetensors aligns nothing: an F32 tensor after a 3-byte U8 tensor starts at an odd offset.
+// open() serves it from an aligned copy with the same bytes (typed f32() reads are then
+// defined); the aligned U8 tensor stays in the mapping.
+TEST_F(SafetensorsTest, MisalignedTensorsAreServedAligned) {
+  const std::vector<uint8_t> u8 = {7, 8, 9};
+  const float vals[2] = {1.5f, -2.25f};
+  std::vector<uint8_t> f32(8);
+  std::memcpy(f32.data(), vals, 8);
+  const std::string p = path("misaligned.safetensors");
+  ASSERT_TRUE(write_safetensors(p, {{"a", DType::kU8, {3}, u8}, {"b", DType::kF32, {2}, f32}}).ok());
+  auto r = SafetensorsFile::open(p);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const TensorView& a = (*r)->tensors().at("a");
+  const TensorView& b = (*r)->tensors().at("b");
+  EXPECT_EQ(std::vector<uint8_t>(a.data, a.data + 3), u8);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % alignof(float), 0u);
+  EXPECT_EQ(b.num_bytes, 8u);
+  EXPECT_EQ(b.f32()[0], 1.5f);
+  EXPECT_EQ(b.f32()[1], -2.25f);
+}
+
 }  // namespace
 }  // namespace strata
