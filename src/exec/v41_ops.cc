@@ -959,21 +959,21 @@ void qk_scores_heads(const float* qT, const float* const* rows, int64_t n_rows, 
   if (v512 || kernels::active_isa() == kernels::Isa::kAvx2) {
     // Null rows (the reference's -1 entries: window slots before position 0, top-k padding)
     // score -inf without any work; the vector kernels run over the others.
-    thread_local std::vector<int64_t> live;
-    live.clear();
+    thread_local Scratch<int64_t> s_live;
+    int64_t* const live = s_live.get(static_cast<size_t>(std::max<int64_t>(0, t1 - t0)));
+    int64_t nlive = 0;
     const float kNegInf = -std::numeric_limits<float>::infinity();
     for (int64_t t = t0; t < t1; ++t) {
       if (rows[t]) {
-        live.push_back(t);
+        live[nlive++] = t;
       } else {
         for (int64_t h = 0; h < n_heads; ++h) out[h * n_rows + t] = kNegInf;
       }
     }
-    const int64_t nlive = static_cast<int64_t>(live.size());
     if (v512 && n_heads > 8) {
-      qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, live.data(), nlive);
+      qk_heads_avx512(qT, rows, n_rows, d, n_heads, scale, out, live, nlive);
     } else {
-      qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, live.data(), nlive);
+      qk_heads_avx2(qT, rows, n_rows, d, n_heads, scale, out, live, nlive);
     }
     return;
   }

@@ -50,11 +50,7 @@ PackedSeqWeight pack(const T* w, int64_t n, int64_t k) {
   for (int64_t r = 0; r < n; ++r) {
     const int64_t t = r / kTile, l = r % kTile;
     const int64_t base = tile_base(t, k) + l, stride = block_stride(t, tiles);
-    // memcpy: `w` may point into a checkpoint's mmap at an offset that is not a multiple
-    // of sizeof(T) (safetensors aligns nothing), where a typed load is undefined.
-    const char* src = reinterpret_cast<const char*>(w) + static_cast<size_t>(r * k) * sizeof(T);
-    for (int64_t c = 0; c < k; ++c)
-      std::memcpy(&d[base + c * stride], src + static_cast<size_t>(c) * sizeof(T), sizeof(T));
+    for (int64_t c = 0; c < k; ++c) d[base + c * stride] = w[r * k + c];
   }
   if constexpr (sizeof(T) == 2) {
     p.bf16 = true;
