@@ -31,7 +31,7 @@ float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
 // mixes -> pre/post/comb for every token of h [S, hc*D] (Block.hc_mixes).
 void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
               double norm_eps, double hc_eps, float* pre, float* post, float* comb,
-              int64_t vbase, int64_t vS, ThreadPool* pool) {
+              v41::CallRows vrows, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc;
   thread_local Scratch<float> s_raw, s_sq;  // written whole before they are read
   float* const raw = s_raw.get(S * nmix);
@@ -46,7 +46,7 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
     float* mix = &raw[i * nmix];
     for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
     v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
-                           pre + i * hc, post + i * hc, comb + i * hc * hc, vbase + i, vS);
+                           pre + i * hc, post + i * hc, comb + i * hc * hc, vrows.tok(i), vrows.n);
   }
 }
 
@@ -239,7 +239,7 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
       const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
       const float sg = std::copysign(mag, dot);
       const float gate =
-          1.0f / (1.0f + v41::torch_exp_at(0.0f - sg, (c.vbase + i) * hc + ch, c.vS * hc));
+          1.0f / (1.0f + v41::torch_exp_at(0.0f - sg, c.vrows.tok(i) * hc + ch, c.vrows.n * hc));
       for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
     }
   }
@@ -261,11 +261,16 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   c.s0 = seq->length();
   c.S = S;
   c.routes = opt.routes;
-  c.decode_step = opt.decode_step && S == 1;
+  c.canonical = opt.call_shape == CallShape::kCanonical;
   c.width_end = c.s0 + S;
-  if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
-  c.vbase = c.decode_step ? 0 : c.s0;
-  c.vS = c.decode_step ? 1 : c.width_end;
+  if (c.canonical) {
+    c.vrows = v41::CallRows::canonical();
+  } else {
+    c.decode_step = opt.decode_step && S == 1;
+    if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
+    c.vrows = c.decode_step ? v41::CallRows::reference(0, 1)
+                            : v41::CallRows::reference(c.s0, c.width_end);
+  }
   c.topk.resize(cf.n_layers);
   c.candidates.resize(cf.n_layers);
   if (c.routes) {
@@ -332,7 +337,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     auto mixes = [&](const V41MhcWeights& w, float* pre, float* post, float* comb) {
       auto run = [&c, &w, &cf, S, hc, D, pre, post, comb](ThreadPool* pool) {
         hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 pre, post, comb, c.vbase, c.vS, pool);
+                 pre, post, comb, c.vrows, pool);
       };
       if (async_mixes) {
         pool_->run_async([run] {  // on the worker: its dispatches run inline

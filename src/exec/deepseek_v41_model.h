@@ -36,6 +36,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "exec/call_shape.h"
 #include "exec/v41_ops.h"
 #include "exec/v41_sequence_state.h"
 #include "model/deepseek_config.h"
@@ -63,7 +64,11 @@ struct V41ForwardOptions {
   bool all_logits = false;      // logits for every token (default: last token only)
   V41Routes* routes = nullptr;  // filled when non-null
   V41DumpFn dump;               // optional
-  // True for a one-token generation step. Reproduces the reference decode path exactly:
+  // Numeric form (exec/call_shape.h). kCanonical (serving): every row computed as a
+  // one-token decode step at its position; decode_step and prompt_len are ignored.
+  // kReference (validation): the two fields below reproduce the reference's call shapes.
+  CallShape call_shape = CallShape::kCanonical;
+  // kReference only. True for a one-token generation step. Reproduces the reference decode path exactly:
   // there an index source scores against `shared_attn.index_k`, which an index-key owner
   // republishes only in a call where its compressor emits a row. At a decode position where
   // a ratio-2 owner emits nothing, its indexer (and later ones) read the keys of the last
@@ -71,7 +76,7 @@ struct V41ForwardOptions {
   // (pos+1)/ratio rows (zeros past its end). Prompt chunks (false) always use their own
   // owner's keys, as the reference whole-prompt prefill does, so chunked == whole prefill.
   bool decode_step = false;
-  // For prompt chunks: the length of the whole prompt, when the caller knows it. The
+  // kReference only. For prompt chunks: the length of the whole prompt, when the caller knows it. The
   // reference runs a prompt as one call whose list widths depend on its length (window list
   // min(L, W) entries, top-k width min(index_topk, L/m), index score rows of L/m entries, the
   // -inf padding of which steers torch.topk's tie order). A chunk given prompt_len lays out

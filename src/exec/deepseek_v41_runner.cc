@@ -109,10 +109,9 @@ Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> pro
     st.set_shared_prefix_end(0);
     return ok_status();
   }
-  // A chunk of this prompt, laid out as the whole-prompt call would be (as step() does when
-  // the scheduler passes prompt_len), so a replay from 0 (hit <= replay_tokens) is exact.
+  // Canonical form, as step() computes every row: a replay from 0 (hit <= replay_tokens) is
+  // exact.
   V41ForwardOptions opt;
-  opt.prompt_len = static_cast<int64_t>(prompt.size());
   std::vector<float> row;
   STRATA_RETURN_IF_ERROR(model_->forward(&st, prompt.subspan(static_cast<size_t>(r0),
                                                             static_cast<size_t>(hit - r0)),
@@ -187,19 +186,9 @@ Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<floa
       int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
       if (c <= 0 || c > n - done) c = n - done;
       const int64_t pos = pos0 + done;
-      V41ForwardOptions opt;
-      if (it.prompt_len > 0) {
-        // Known prompt length (the scheduler passes it): positions past the prompt are
-        // generation steps (reference decode semantics); prompt chunks are computed as rows
-        // of one whole-prompt call, so chunked prefill is bit-identical to unchunked.
-        opt.decode_step = pos >= it.prompt_len;
-        if (!opt.decode_step) opt.prompt_len = it.prompt_len;
-      } else {
-        // Unknown: a one-token step after the first token is taken as a generation step.
-        opt.decode_step = n == 1 && pos > 0;
-        // A split item is laid out as the one call would be (its own end).
-        if (!opt.decode_step && c < n) opt.prompt_len = pos0 + n;
-      }
+      // Canonical form (exec/call_shape.h): every row as a one-token decode step at its
+      // position, prompt or generated, so splits, prefix hits and recompute change no bit.
+      const V41ForwardOptions opt;
       int64_t start_pos = 0;
       STRATA_RETURN_IF_ERROR(cm_->begin(it.seq.value, c, &start_pos));
       STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}", it.seq.value,
@@ -234,6 +223,7 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
   V41Routes routes;
   V41ForwardOptions opt;
   opt.routes = &routes;
+  opt.call_shape = shape_;
   opt.decode_step = prompt_len_ >= 0 ? start_pos >= prompt_len_
                                      : (tokens.size() == 1 && start_pos > 0);
   if (!opt.decode_step && prompt_len_ >= 0) opt.prompt_len = prompt_len_;
@@ -244,11 +234,12 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
 }
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
-                                                                        int threads) {
+                                                                        int threads,
+                                                                        CallShape shape) {
   V41LoadOptions load;
   load.threads = threads;
   STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV41Model::load(dir, load));
-  return std::unique_ptr<GoldenTarget>(new DeepseekV41GoldenTarget(std::move(model)));
+  return std::unique_ptr<GoldenTarget>(new DeepseekV41GoldenTarget(std::move(model), shape));
 }
 
 }  // namespace strata

@@ -99,8 +99,9 @@ class DeepseekV41Runner : public ModelRunner {
 // index-source layer per token).
 class DeepseekV41GoldenTarget : public GoldenTarget {
  public:
-  explicit DeepseekV41GoldenTarget(std::unique_ptr<DeepseekV41Model> model)
-      : model_(std::move(model)), seq_(model_->new_sequence()) {}
+  explicit DeepseekV41GoldenTarget(std::unique_ptr<DeepseekV41Model> model,
+                                   CallShape shape = CallShape::kCanonical)
+      : model_(std::move(model)), seq_(model_->new_sequence()), shape_(shape) {}
   int32_t vocab_size() const override { return static_cast<int32_t>(model_->config().vocab_size); }
   Status reset() override {
     seq_ = model_->new_sequence();
@@ -111,6 +112,7 @@ class DeepseekV41GoldenTarget : public GoldenTarget {
     }
     return ok_status();
   }
+  // kReference only (the canonical form needs neither hint).
   // Which calls are generation steps (V41ForwardOptions::decode_step): calls at positions >=
   // the case's prompt length. The validator does not say, so callers that know the cases'
   // prompt lengths queue them here in case order (one per reset()); without a hint, a
@@ -119,20 +121,21 @@ class DeepseekV41GoldenTarget : public GoldenTarget {
   void queue_prompt_lengths(std::vector<int64_t> lengths) { prompt_lengths_ = std::move(lengths); }
   // The current case's prompt length (call after reset(); overrides the queue). Intended
   // for a GoldenTarget hook the validator would call per case.
-  void set_prompt_length(int64_t n) { prompt_len_ = n; }
+  void set_prompt_length(int64_t n) override { prompt_len_ = n; }
   StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override;
   const DeepseekV41Model& model() const { return *model_; }
 
  private:
   std::unique_ptr<DeepseekV41Model> model_;
   std::unique_ptr<V41SequenceState> seq_;
+  CallShape shape_;
   std::vector<int64_t> prompt_lengths_;
   int64_t prompt_len_ = -1;
 };
 
 // Factory for `strata validate golden` (register with register_golden_target_factory from
 // the composition root): loads the V4.1 model in `dir`.
-StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
-                                                                        int threads);
+StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(
+    const std::string& dir, int threads, CallShape shape = CallShape::kCanonical);
 
 }  // namespace strata

@@ -95,7 +95,7 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
       } else if (config_.score_func == "sigmoid") {
         s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
       } else {
-        s = std::sqrt(v4::torch_softplus_at(l, (c.vbase + i) * E + e, c.vS * E));
+        s = std::sqrt(v4::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
       }
       sc[e] = s;
     }
@@ -169,13 +169,15 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   c.S = S;
   c.tokens = tokens;
   c.routes = opt.routes;
-  if (opt.prompt_len > 0 && c.s0 + S <= opt.prompt_len) {
-    c.vbase = c.s0;
-    c.vS = opt.prompt_len;
+  c.canonical = opt.call_shape == CallShape::kCanonical;
+  if (c.canonical) {
+    c.vrows = v41::CallRows::canonical();
+    c.vprefill = false;
+  } else if (opt.prompt_len > 0 && c.s0 + S <= opt.prompt_len) {
+    c.vrows = v41::CallRows::reference(c.s0, opt.prompt_len);
     c.vprefill = true;
   } else {
-    c.vbase = 0;
-    c.vS = S;
+    c.vrows = v41::CallRows::reference(0, S);
     c.vprefill = c.s0 == 0;
   }
   if (c.routes) {
@@ -205,7 +207,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     const V4BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vbase, c.vS, pre.data(), post.data(), comb.data(), pool_.get());
+                 c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
     v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
     attention(L, xn.data(), c, f.data());
@@ -213,7 +215,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
 
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vbase, c.vS, pre.data(), post.data(), comb.data(), pool_.get());
+                 c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
     v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
     v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
     moe(L, xn.data(), c, f.data());
@@ -222,7 +224,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     dump(ln + "block_out", h.data(), {S, hc, D});
   }
   v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),
-              weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vbase, c.vS, x.data());
+              weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vrows, x.data());
   v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
   dump("final_norm_out", xn.data(), {S, D});
   const int64_t V = cf.vocab_size;

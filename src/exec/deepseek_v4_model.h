@@ -51,7 +51,11 @@ struct V4ForwardOptions {
   bool all_logits = false;     // logits for every token (default: last token only)
   V41Routes* routes = nullptr; // moe[layer][t]; index[csa_slot][t]
   V41DumpFn dump;              // "embed", "layerKK.attn_out|ffn_out|block_out", "final_norm_out"
-  // Length of the whole prompt when this call is a chunk of it and the length is known (0 =
+  // Numeric form (exec/call_shape.h). kCanonical (serving): every row computed as a
+  // one-token decode step at its position (prompt_len ignored). kReference (validation):
+  // the reference's call shapes, below.
+  CallShape call_shape = CallShape::kCanonical;
+  // kReference only. Length of the whole prompt when this call is a chunk of it and the length is known (0 =
   // unknown). The reference's CPU numerics depend on the call's shape (torch's elementwise
   // loops switch to scalar libm / bf16 code for the last elements of a tensor, and the
   // attention index lists of a prefill are sized by the call); with prompt_len set, every

@@ -47,10 +47,7 @@ Status DeepseekV4Runner::step(std::span<const StepItem> items, std::vector<float
   logits->clear();
   std::vector<float> row;
   for (const StepItem& it : items) {
-    V4ForwardOptions opt;
-    // Prompt chunks are computed as rows of one whole-prompt call (bit-identical to an
-    // unchunked prefill); generated tokens as the reference's one-token decode calls.
-    if (it.prompt_len > 0 && seqs_[it.seq]->length() < it.prompt_len) opt.prompt_len = it.prompt_len;
+    V4ForwardOptions opt;  // canonical form: prompt and generated rows alike
     STRATA_RETURN_IF_ERROR(model_->forward(seqs_[it.seq].get(), it.tokens, opt, &row));
     if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
   }
@@ -72,7 +69,8 @@ StatusOr<GoldenStepOutput> DeepseekV4GoldenTarget::forward(std::span<const int32
   V41Routes routes;
   V4ForwardOptions opt;
   opt.routes = &routes;
-  opt.prompt_len = prompt_len_;
+  opt.call_shape = shape_;
+  if (shape_ == CallShape::kReference) opt.prompt_len = prompt_len_;
   STRATA_RETURN_IF_ERROR(model_->forward(seq_.get(), tokens, opt, &out.logits));
   out.moe = std::move(routes.moe);
   out.index = std::move(routes.index);
@@ -80,9 +78,10 @@ StatusOr<GoldenStepOutput> DeepseekV4GoldenTarget::forward(std::span<const int32
 }
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v4_golden_target(const std::string& dir,
-                                                                       int threads) {
+                                                                       int threads,
+                                                                       CallShape shape) {
   STRATA_ASSIGN_OR_RETURN(auto model, DeepseekV4Model::load(dir, 0, false, 0, threads));
-  return std::unique_ptr<GoldenTarget>(new DeepseekV4GoldenTarget(std::move(model)));
+  return std::unique_ptr<GoldenTarget>(new DeepseekV4GoldenTarget(std::move(model), shape));
 }
 
 bool is_deepseek_v4_dir(const std::string& dir) {
@@ -91,9 +90,10 @@ bool is_deepseek_v4_dir(const std::string& dir) {
 }
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_golden_target(const std::string& dir,
-                                                                    int threads) {
-  if (is_deepseek_v4_dir(dir)) return make_deepseek_v4_golden_target(dir, threads);
-  return make_deepseek_v41_golden_target(dir, threads);
+                                                                    int threads,
+                                                                    CallShape shape) {
+  if (is_deepseek_v4_dir(dir)) return make_deepseek_v4_golden_target(dir, threads, shape);
+  return make_deepseek_v41_golden_target(dir, threads, shape);
 }
 
 }  // namespace strata

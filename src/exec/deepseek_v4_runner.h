@@ -4,7 +4,8 @@
 //
 // Each sequence owns one V4SequenceState (window rings, compressed KV and index keys per
 // layer, compressor partial states). step() runs every item's tokens as one chunk at the
-// sequence's current length; items are independent (batch-invariant).
+// sequence's current length; items are independent (batch-invariant), every row in the
+// canonical numeric form (exec/call_shape.h), so a position's logits depend on its prefix only.
 // Errors: add_sequence on a live id / step on an unknown id -> InvalidArgument; forward errors
 // are returned with no state advanced for that item.
 // Thread safety: not thread-safe (one engine thread drives a runner).
@@ -47,15 +48,17 @@ class DeepseekV4Runner : public ModelRunner {
 // layer per token).
 class DeepseekV4GoldenTarget : public GoldenTarget {
  public:
-  explicit DeepseekV4GoldenTarget(std::unique_ptr<DeepseekV4Model> model)
-      : model_(std::move(model)), seq_(model_->new_sequence()) {}
+  explicit DeepseekV4GoldenTarget(std::unique_ptr<DeepseekV4Model> model,
+                                  CallShape shape = CallShape::kCanonical)
+      : model_(std::move(model)), seq_(model_->new_sequence()), shape_(shape) {}
   int32_t vocab_size() const override { return static_cast<int32_t>(model_->config().vocab_size); }
   Status reset() override {
     seq_ = model_->new_sequence();
     prompt_len_ = 0;
     return ok_status();
   }
-  // Prompt chunks are then computed as rows of one whole-prompt call (bit-exact chunking).
+  // kReference: prompt chunks are then computed as rows of one whole-prompt call (bit-exact
+  // chunking). Ignored by the canonical form.
   void set_prompt_length(int64_t prompt_len) override { prompt_len_ = prompt_len; }
   StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override;
   std::vector<int> index_layer_ids() const override { return model_->index_layers(); }
@@ -64,16 +67,17 @@ class DeepseekV4GoldenTarget : public GoldenTarget {
  private:
   std::unique_ptr<DeepseekV4Model> model_;
   std::unique_ptr<V4SequenceState> seq_;
+  CallShape shape_;
   int64_t prompt_len_ = 0;
 };
 
 // Loads the V4 model in `dir`.
-StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v4_golden_target(const std::string& dir,
-                                                                       int threads);
+StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v4_golden_target(
+    const std::string& dir, int threads, CallShape shape = CallShape::kCanonical);
 // Dispatches on the config version: V4 -> make_deepseek_v4_golden_target, otherwise the V4.1
 // factory (make_deepseek_v41_golden_target).
-StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_golden_target(const std::string& dir,
-                                                                    int threads);
+StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_golden_target(
+    const std::string& dir, int threads, CallShape shape = CallShape::kCanonical);
 // True when `dir`'s config parses as a DeepSeek-V4 (not V4.1) config.
 bool is_deepseek_v4_dir(const std::string& dir);
 

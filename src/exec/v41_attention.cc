@@ -9,15 +9,17 @@
 //     positions >= s0 and from the ring for earlier ones; the ring is written after the
 //     call's attention (a chunk must not overwrite rows its own earlier queries still read).
 //     List layout (the kernel's 64-entry softmax blocks and torch's reduction order over them
-//     see where the invalid entries sit): prompt chunks use the reference prefill layout
-//     (min(L, W) entries, unreachable ones trailing, L = V41ForwardOptions::prompt_len or the
-//     chunk's end), decode steps the reference decode layout (W entries, unreachable leading).
+//     see where the invalid entries sit): the canonical form (exec/call_shape.h) lays out
+//     every query as the reference decode does (W entries, unreachable leading); the
+//     reference emulation lays out prompt chunks as its whole-prompt prefill (min(L, W)
+//     entries, unreachable trailing, L = V41ForwardOptions::prompt_len or the chunk's end).
 //   * compressor: tokens enter their group slot p mod m one by one; a group is pooled when
 //     its last token (p+1) mod m == 0 arrives, whichever call that is.
-//   * indexer: score rows of L/m entries (rows >= (p+1)/m masked to -inf, exactly the
-//     reference prefill mask; for decode L = p+1), k = min(index_topk, L/m), top-k with
-//     torch's tie order. Decode steps read the published index keys (reference quirk, see
-//     V41ForwardOptions::decode_step).
+//   * indexer: canonical: row p scores its (p+1)/m visible keys, k = min(index_topk,
+//     (p+1)/m) (a decode call at p); reference: score rows of L/m entries (rows >= (p+1)/m
+//     masked to -inf, the reference prefill mask), k = min(index_topk, L/m), and decode
+//     steps read the published index keys (reference quirk, see
+//     V41ForwardOptions::decode_step). Top-k with torch's tie order either way.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -102,10 +104,16 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   const V41IndexerWeights& iw = weights_->layer(L).attn.indexer;
   const int64_t S = c.S, m = ls.ratio;
   const int64_t ih = config_.index_n_heads, id = config_.index_head_dim;
-  const int64_t clen = c.width_end / m;  // score row width (the call's end in the reference)
+  // Score rows are stored with a stride of clen entries (the reference call's end /m; the
+  // canonical form: this call's end /m). Row i scores `row_len(i)` of them: all clen in the
+  // reference (-inf past the visible ones), exactly its visible (p+1)/m in the canonical
+  // form (a one-token decode call at p).
+  const int64_t clen = c.width_end / m;
+  auto row_len = [&](int64_t i) { return c.canonical ? (c.s0 + i + 1) / m : clen; };
   Ctx::TopK& out = c.topk[L];
   out.rows.assign(S, {});
   out.width = 0;
+  out.row_width.clear();
   if (clen == 0) return;  // the reference skips the indexer: empty selection
 
   const v41::RopeTable& rope = rope_[L];
@@ -139,6 +147,11 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
 
   const int64_t k = std::min<int64_t>(config_.index_topk, clen);
   out.width = k;
+  if (c.canonical) {
+    out.row_width.resize(S);
+    for (int64_t i = 0; i < S; ++i)
+      out.row_width[i] = static_cast<int32_t>(std::min<int64_t>(config_.index_topk, row_len(i)));
+  }
   const int64_t bs = config_.candidate_block_size;
   // q transposed to [S][id][ih] in f64: the per-key dot products of all heads run as one
   // vector of heads (v41::index_dots_keys), each head in its sequential j order.
@@ -187,13 +200,15 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   }
   for (int64_t i = 0; i < S; ++i) {
     const int64_t vis = (c.s0 + i + 1) / m;
+    const int64_t rl = row_len(i);
     float* score = &scores[i * clen];
+    if (rl == 0) continue;  // (canonical) the decode call at p skips the indexer
     if (cand_src) {
       // Level one: block score = max over the block; the block holding the newest visible
       // position is pinned; keep the top blocks that are not -inf.
-      const int64_t nblk = (clen + bs - 1) / bs;
+      const int64_t nblk = (rl + bs - 1) / bs;
       std::vector<float> bscore(nblk, kNegInf);
-      for (int64_t g = 0; g < clen; ++g) bscore[g / bs] = std::max(bscore[g / bs], score[g]);
+      for (int64_t g = 0; g < rl; ++g) bscore[g / bs] = std::max(bscore[g / bs], score[g]);
       const int64_t last = vis > 0 ? (vis - 1) / bs : -1;
       if (last >= 0 && last < nblk) bscore[last] = kPosInf;
       std::vector<int32_t> top = topk_ascending(
@@ -201,14 +216,14 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       uint8_t* cm = &c.candidates[L][i * clen];
       for (int32_t b : top) {
         if (!(bscore[b] > kNegInf)) continue;
-        for (int64_t g = b * bs; g < std::min(clen, (b + 1) * bs); ++g) cm[g] = 1;
+        for (int64_t g = b * bs; g < std::min(rl, (b + 1) * bs); ++g) cm[g] = 1;
       }
     } else if (cand) {
       const uint8_t* cm = &(*cand)[i * clen];
-      for (int64_t g = 0; g < clen; ++g)
+      for (int64_t g = 0; g < rl; ++g)
         if (!cm[g]) score[g] = kNegInf;
     }
-    std::vector<int32_t> sel = topk_ascending(score, clen, k, false);
+    std::vector<int32_t> sel = topk_ascending(score, rl, out.width_of(i), false);
     std::vector<int32_t>& row = out.rows[i];
     for (int32_t g : sel)
       if (g < vis) row.push_back(g);
@@ -320,7 +335,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     auto window_ptr = [&](int64_t pos) -> const float* {
       return pos >= s0 ? &kv[(pos - s0) * hd] : &ring_rows[(pos - ring0) * hd];
     };
-    if (!c.decode_step) {
+    if (c.prefill_layout()) {
       // Reference prefill layout: min(L, W) entries from max(0, p-W+1), unreachable trailing.
       const int64_t width = std::min(c.width_end, W);
       const int64_t first = std::max<int64_t>(p - W + 1, 0);
@@ -337,7 +352,8 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     if (topk) {
       const auto& sel = topk->rows[i];
       for (int32_t g : sel) out.push_back(sel_rows.row(g));
-      for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width; ++j) out.push_back(nullptr);
+      for (int64_t j = static_cast<int64_t>(sel.size()); j < topk->width_of(i); ++j)
+        out.push_back(nullptr);
     }
   };
   // Heads [h0, h1) of query i from their scores ([h1-h0][rows]): softmax and PV
@@ -346,7 +362,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
                               int64_t h1, const float* head_scores) {
     v41::sparse_attn_heads(rows.data(), static_cast<int64_t>(rows.size()), hd, h1 - h0,
                            sink + h0, head_scores, &o[(i * H + h0) * hd],
-                           (c.vbase + i) * H + h0, c.vS * H);
+                           c.vrows.tok(i) * H + h0, c.vrows.n * H);
     for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
   };
   // Heads [h0, h1) of query i against `rows`: their scores, then softmax_pv_heads. qT /
@@ -362,7 +378,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     softmax_pv_heads(i, rows, h0, h1, scores.data());
   };
   const int64_t rows_per_query = W + (topk ? topk->width : 0);
-  if (c.decode_step && S == 1 && pool_ && pool_->num_threads() > 1 &&
+  if (S == 1 && pool_ && pool_->num_threads() > 1 &&
       H * rows_per_query * hd >= min_parallel_attention_macs_) {
     // One decode token over the pool: each thread takes a range of heads and reads every KV
     // row it needs itself, into its own scratch. Splitting the row reads, the scores by rows

@@ -21,16 +21,25 @@ struct DeepseekV41Model::Ctx {
   std::vector<int64_t> hashes;  // [S, n_engram_layers, n_cols]
   std::vector<float> h;         // [S, hc, D] residual streams (bf16 values)
   V41Routes* routes = nullptr;
-  bool decode_step = false;
-  int64_t width_end = 0;  // end position that sets list widths (see V41ForwardOptions)
-  // Token i of this call is token vbase + i of a reference call of vS tokens (whole prompt
-  // at 0, or one decode token): torch's elementwise loops compute the last (n mod 16)
-  // elements of an n-element fp32 tensor with libm instead of SLEEF (v41::torch_exp_at).
-  int64_t vbase = 0, vS = 0;
+  // Canonical form (exec/call_shape.h): every row laid out as a one-token decode step at
+  // its own position. False: the reference emulation (decode_step / width_end below).
+  bool canonical = true;
+  bool decode_step = false;  // reference only: the reference's decode call (index-key quirk)
+  // Reference only: end position that sets list widths (see V41ForwardOptions); canonical:
+  // s0 + S (the score rows' storage stride; each row uses its own (p+1)/m entries).
+  int64_t width_end = 0;
+  // Where row i sits in torch's elementwise tensors (v41::torch_exp_at): token vrows.tok(i)
+  // of a vrows.n-token call. Canonical: token 0 of 1 for every row.
+  v41::CallRows vrows;
+  // Reference prefill list layout (window: min(L, W) entries, unreachable trailing); false:
+  // the decode layout (W entries, unreachable leading), which the canonical form uses.
+  bool prefill_layout() const { return !canonical && !decode_step; }
 
   struct TopK {
     int64_t width = 0;                        // list width k = min(index_topk, compress_len)
+    std::vector<int32_t> row_width;           // canonical: per-row k (empty: `width` for all)
     std::vector<std::vector<int32_t>> rows;   // [S] kept compressed positions, ascending
+    int64_t width_of(int64_t i) const { return row_width.empty() ? width : row_width[i]; }
   };
   std::vector<TopK> topk;                     // by layer id (index sources only)
   std::vector<std::vector<uint8_t>> candidates;  // by layer id: [S * compress_len] bool

@@ -200,9 +200,9 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
       if (config_.score_func == "softmax") {
         s = l;  // normalised below
       } else if (config_.score_func == "sigmoid") {
-        s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, (c.vbase + i) * E + e, c.vS * E));
+        s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, c.vrows.tok(i) * E + e, c.vrows.n * E));
       } else {
-        s = std::sqrt(v41::torch_softplus_at(l, (c.vbase + i) * E + e, c.vS * E));
+        s = std::sqrt(v41::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
       }
       sc[e] = s;
     }

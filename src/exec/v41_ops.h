@@ -23,6 +23,22 @@
 
 namespace strata::v41 {
 
+// Where a call's rows sit in the torch tensors whose element index decides SLEEF vs libm
+// (torch_scalar_tail): row i of the call is token tok(i) of an n-token reference call.
+//   * canonical (serving) form: every row is token 0 of a one-token call at its own
+//     position ({0, 0, 1}): the shapes of a decode step, whatever the call's length, so a
+//     position's numerics depend on its position and the tokens before it only;
+//   * reference emulation: row i is token base + i of the reference's whole-prompt call of
+//     n tokens ({base, 1, n}; docs/v41-parity.md "torch's scalar tail").
+struct CallRows {
+  int64_t base = 0;
+  int64_t step = 0;
+  int64_t n = 1;
+  int64_t tok(int64_t i) const { return base + i * step; }
+  static CallRows canonical() { return {0, 0, 1}; }
+  static CallRows reference(int64_t base, int64_t n) { return {base, 1, n}; }
+};
+
 float e4m3_decode(uint8_t b);
 float e2m1_decode(uint8_t nibble);
 // 2^ceil(log2(x)) on the fp32 bit pattern (exponent field + 1 if mantissa != 0).

@@ -11,8 +11,12 @@
 //     of the channels from the previous group's rows, second half from the current group's;
 //     softmax over the 2m slots per channel) and the current rows shift to the previous rows.
 //     This equals the reference's prefill pooling and its decode path.
-//   * window list: a prefill (s0 == 0, or a chunk of a prompt of known length, see
-//     V4ForwardOptions::prompt_len) uses the reference prefill layout of the whole call
+//   * numeric form (exec/call_shape.h): canonical (serving) lays out every query as the
+//     reference's one-token decode call at its position (window decode layout, indexer
+//     scores over the (p+1)/m visible rows, HCA list of the visible rows, scalar-tail
+//     positions of a 1-token tensor); the reference emulation as below.
+//   * window list (reference): a prefill (s0 == 0, or a chunk of a prompt of known length,
+//     see V4ForwardOptions::prompt_len) uses the reference prefill layout of the whole call
 //     (min(S, W) entries, unreachable trailing); otherwise the decode layout per query
 //     (positions p-W+1..p, or 0..p then -1s).
 //     Positions >= s0 are read from this call's fresh KV, earlier ones from the ring, which is
@@ -136,17 +140,19 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   // Scored list length: the reference scores every compressed row of its call (a prefill of
   // vS tokens: vS/m rows; otherwise the rows existing after this call); rows a query cannot
   // see yet are masked with -inf (and are never read).
-  const int64_t clen = c.vprefill ? c.vS / m : (s0 + S) / m;
+  // Canonical form: each row scores exactly its visible (p+1)/m rows, as a decode call at p.
+  const int64_t clen_call = c.vprefill ? c.vrows.n / m : (s0 + S) / m;
   STRATA_CHECK(nkeys >= (s0 + S) / m);
-  const int64_t k = std::min<int64_t>(config_.index_topk, clen);
   lists->assign(S, {});
-  std::vector<float> score(clen);
+  std::vector<float> score(clen_call);
   const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
                                     index_layers_.begin());
   if (c.routes) c.routes->index[slot].assign(S, {});
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;
     const int64_t vis = (p + 1) / m;
+    const int64_t clen = c.canonical ? vis : clen_call;
+    const int64_t k = std::min<int64_t>(config_.index_topk, clen);
     for (int64_t g = 0; g < clen; ++g) {
       if (g >= vis) {
         score[g] = kNegInf;
@@ -185,7 +191,8 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   v4::linear(x, S, aw.wq_a, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
   v4::linear(qr.data(), S, aw.wq_b, q.data(), pool_.get());
-  v4::head_rms(q.data(), S * H, hd, config_.norm_eps, c.vbase * H, c.vS * H);
+  for (int64_t i = 0; i < S; ++i)  // token i's heads: rows tok(i)*H.. of the reference's
+    v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, c.vrows.tok(i) * H, c.vrows.n * H);
   for (int64_t i = 0; i < S; ++i)
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
 
@@ -246,7 +253,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
       return pos >= s0 ? &kv[(pos - s0) * hd] : &wprev[(pos - wlo) * hd];
     };
     if (c.vprefill) {
-      const int64_t width = std::min(c.vS, W);
+      const int64_t width = std::min(c.vrows.n, W);
       const int64_t first = std::max<int64_t>(p - W + 1, 0);
       for (int64_t j = 0; j < width; ++j) {
         const int64_t pos = first + j;
@@ -263,7 +270,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
       if (ls.has_indexer) {
         for (int32_t g : csa_lists[i]) rows.push_back(g >= 0 ? comp_row(g) : nullptr);
       } else {
-        const int64_t n = c.vprefill ? c.vS / ls.ratio : vis;
+        const int64_t n = c.vprefill ? c.vrows.n / ls.ratio : vis;
         for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp_row(g) : nullptr);
       }
     }
@@ -273,7 +280,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
       for (int64_t h = h0; h < h1; ++h) {
         float* oh = &o[(i * H + h) * hd];
         v4::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), nr, hd, sink[h], scale,
-                             (c.vbase + i) * H + h, c.vS * H, oh);
+                             c.vrows.tok(i) * H + h, c.vrows.n * H, oh);
         rope.apply(oh + hd - rd, p, true);
       }
     };

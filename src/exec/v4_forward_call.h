@@ -16,10 +16,13 @@ struct DeepseekV4Model::Call {
   int64_t S = 0;   // tokens in the call
   std::span<const int32_t> tokens;
   V41Routes* routes = nullptr;
-  // The reference call this call's rows belong to (V4ForwardOptions::prompt_len): rows are
-  // rows vbase.. of a vS-row call; vprefill = that call is a prefill at position 0.
-  int64_t vbase = 0;
-  int64_t vS = 0;
+  // Canonical form (exec/call_shape.h): every row laid out as a one-token decode step at its
+  // own position (vrows = token 0 of 1, vprefill false).
+  bool canonical = true;
+  // Where row i sits in torch's elementwise tensors: token vrows.tok(i) of a vrows.n-row
+  // call (reference: the call V4ForwardOptions::prompt_len names).
+  v41::CallRows vrows;
+  // Reference only: that call is a prefill at position 0 (its list layouts and widths).
   bool vprefill = false;
 };
 

@@ -263,7 +263,7 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
 }
 
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
-              double norm_eps, double hc_eps, int64_t vbase, int64_t vS, float* pre, float* post,
+              double norm_eps, double hc_eps, v41::CallRows vrows, float* pre, float* post,
               float* comb, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc, hcD = hc * D;
   std::vector<float> raw(S * nmix), sq;
@@ -272,7 +272,7 @@ void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights&
     const float rs = token_rsqrt(h + i * hcD, hcD, norm_eps, sq);
     float* mix = &raw[i * nmix];
     for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
-    hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps), vbase + i, vS,
+    hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps), vrows.tok(i), vrows.n,
                       pre + i * hc, post + i * hc, comb + i * hc * hc);
   }
 }
@@ -310,7 +310,7 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t S, in
 }
 
 void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, const float* base,
-             const float* scale, double norm_eps, double hc_eps, int64_t vbase, int64_t vS,
+             const float* scale, double norm_eps, double hc_eps, v41::CallRows vrows,
              float* y) {
   const int64_t hcD = hc * D;
   std::vector<float> mix(hc), pre(hc), sq;
@@ -323,7 +323,7 @@ void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, cons
       for (int64_t k = 0; k < hcD; ++k) acc = std::fma(x[k], wr[k], acc);
       mix[c] = acc * rs;
       const float z = mix[c] * scale[0] + base[c];
-      pre[c] = 1.0f / (1.0f + torch_exp_at(0.0f - z, (vbase + i) * hc + c, vS * hc)) +
+      pre[c] = 1.0f / (1.0f + torch_exp_at(0.0f - z, vrows.tok(i) * hc + c, vrows.n * hc)) +
                static_cast<float>(hc_eps);
     }
     hc_pre(x, pre.data(), 1, hc, D, y + i * D);

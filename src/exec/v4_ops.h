@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "exec/v41_ops.h"
 #include "model/deepseek_v41_weights.h"
 
 namespace strata::v4 {
@@ -74,9 +75,9 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
                       float sink, float scale, int64_t qh, int64_t SH, float* out);
 
 // mixes -> pre/post/comb for every token of h [S, hc*D].
-// Token i of this call is token vbase + i of the reference call of vS tokens.
+// Token i of this call is token vrows.tok(i) of a vrows.n-token call (v41::CallRows).
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
-              double norm_eps, double hc_eps, int64_t vbase, int64_t vS, float* pre, float* post,
+              double norm_eps, double hc_eps, v41::CallRows vrows, float* pre, float* post,
               float* comb, ThreadPool* pool = nullptr);
 // y[s, :] = bf16(sum_c pre[s, c] * h[s, c, :]).
 void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y);
@@ -85,7 +86,7 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t S, in
              float* h);
 // ParallelHead.hc_head: pre = sigmoid(mixes * scale + base) + hc_eps; y = bf16(sum pre * h).
 void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, const float* base,
-             const float* scale, double norm_eps, double hc_eps, int64_t vbase, int64_t vS,
+             const float* scale, double norm_eps, double hc_eps, v41::CallRows vrows,
              float* y);
 
 }  // namespace strata::v4

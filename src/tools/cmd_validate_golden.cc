@@ -28,6 +28,7 @@ struct GoldenArgs {
   double logit_tol = 0.25;
   double gap_tol = 0.25;
   std::vector<std::string> only;
+  std::string call_shape = "canonical";
 };
 
 void run_validate_golden(const GoldenArgs& a) {
@@ -42,7 +43,8 @@ void run_validate_golden(const GoldenArgs& a) {
     set_exit_code(1);  // a file that does not load is a failure, not a usage error
     return;
   }
-  auto target = make_golden_target(a.model, a.threads);
+  const CallShape shape = *parse_call_shape(a.call_shape);  // validated by CLI11
+  auto target = make_golden_target(a.model, a.threads, shape);
   if (!target.ok()) {
     fmt::print(stderr, "validate golden: {}\n", target.status().to_string());
     set_exit_code(1);  // a file that does not load is a failure, not a usage error
@@ -54,6 +56,7 @@ void run_validate_golden(const GoldenArgs& a) {
   opt.gap_tol = a.gap_tol;
   opt.stats_path = stats;
   opt.only_cases = a.only;
+  opt.allow_stable_divergence = shape == CallShape::kCanonical;
   const GoldenReport rep = run_golden(**target, *cases, opt, [](const GoldenCaseResult& r) {
     fmt::print("{}\n", r.summary());
     std::fflush(stdout);
@@ -79,6 +82,11 @@ void setup_validate_golden(CLI::App& app) {
   cmd->add_option("--gap-tol", args->gap_tol,
                   "Argmax must agree where the golden top1-top2 gap exceeds this");
   cmd->add_option("--case", args->only, "Run only these cases (repeatable)");
+  cmd->add_option("--call-shape", args->call_shape,
+                  "Numeric form: canonical (what serving computes: every position as a "
+                  "one-token decode step) or reference (the reference's whole-prompt / decode "
+                  "call shapes, bit-exact)")
+      ->check(CLI::IsMember({"canonical", "reference"}));
   cmd->callback([args] { run_validate_golden(*args); });
 }
 
