@@ -167,9 +167,16 @@ Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<floa
     if (!std::equal(s.pending.begin(), s.pending.begin() + m, it.tokens.begin()))
       return invalid_argument("sequence {}: tokens differ from the ones given at admission",
                               it.seq.value);
+    for (int32_t t : it.tokens)
+      if (t < 0 || t >= info_.vocab_size)
+        return invalid_argument("sequence {}: token id {} out of range [0, {})", it.seq.value, t,
+                                info_.vocab_size);
   }
-  logits->clear();
-  std::vector<float> row;
+  // All-or-nothing (model_runner.h): make the ids known to the manager (metadata only), then
+  // check that the whole batch fits the pools together before any sequence advances. A
+  // ResourceExhausted here leaves every sequence where it was, so the scheduler may preempt
+  // one and retry the others (issue 22 item 2).
+  std::vector<std::pair<int64_t, int64_t>> need;
   for (const StepItem& it : items) {
     Seq& s = seqs_.at(it.seq);
     if (!s.state) start(it.seq, s, {}, /*allow_hit=*/false);
@@ -180,6 +187,15 @@ Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<floa
       cm_->append(it.seq.value, extra);
       s.pending.insert(s.pending.end(), extra.begin(), extra.end());
     }
+    need.emplace_back(it.seq.value, n);
+  }
+  STRATA_RETURN_IF_ERROR(cm_->check_fits(need));
+  logits->clear();
+  std::vector<float> row;
+  size_t advanced = 0;
+  for (const StepItem& it : items) {
+    Seq& s = seqs_.at(it.seq);
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
     const int64_t pos0 = s.state->length();
     int64_t done = 0;
     while (done < n) {
@@ -190,16 +206,25 @@ Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<floa
       // position, prompt or generated, so splits, prefix hits and recompute change no bit.
       const V41ForwardOptions opt;
       int64_t start_pos = 0;
-      STRATA_RETURN_IF_ERROR(cm_->begin(it.seq.value, c, &start_pos));
-      STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}", it.seq.value,
-                       start_pos, pos);
-      Status st = model_->forward(s.state.get(), it.tokens.subspan(done, c), opt, &row);
-      cm_->finish();
-      STRATA_RETURN_IF_ERROR(st);
+      Status st = cm_->begin(it.seq.value, c, &start_pos);
+      if (st.ok()) {
+        STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}",
+                         it.seq.value, start_pos, pos);
+        st = model_->forward(s.state.get(), it.tokens.subspan(done, c), opt, &row);
+        cm_->finish();
+      }
+      if (!st.ok()) {
+        // Not expected after the checks above. Earlier items have advanced: not a
+        // retryable capacity outcome, so the engine ends the step's requests.
+        if (advanced == 0 && done == 0 && st.code() == StatusCode::kResourceExhausted) return st;
+        return internal_error("sequence {} failed after {} of {} items advanced: {}",
+                              it.seq.value, advanced, items.size(), st.to_string());
+      }
       s.pending.erase(s.pending.begin(), s.pending.begin() + c);
       done += c;
     }
     if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
+    ++advanced;
   }
   return ok_status();
 }

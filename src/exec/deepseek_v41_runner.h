@@ -10,8 +10,10 @@
 // chunk, or decode); items are independent, so a sequence's logits do not depend on its batch
 // neighbours. An item whose tokens step over the sequence's last cacheable boundary
 // floor((len-1)/unit)*unit is split there (CacheManager::suggest_chunk, field bug 1) so the
-// boundary snapshot is published; the split chunks are laid out as the one call would be
-// (prompt_len), so splitting does not change any logits.
+// boundary snapshot is published (and, with boundary snapshots, at every unit boundary below
+// it, so every shared depth can hit). Every row is computed in the canonical numeric form
+// (exec/call_shape.h): splitting, prefix hits and recompute after preemption do not change
+// any logits, and StepItem::prompt_len is not needed.
 // Prefix cache: attach_cached_prefix(seq, tokens) restores the longest cached prefix (whole
 // units of prefix_alignment() tokens, < tokens.size()) by sharing compressed-KV / index-key
 // blocks and copying the boundary snapshot (rings, compressor tails, Engram history); a hit
@@ -30,9 +32,11 @@
 // per-kind formulas; capacity = that kind's pool bytes), plus "v41_prefix_cache" (pool bytes
 // held only by cache entries). release_sequence frees every kind.
 // Errors: add_sequence on a live id -> InvalidArgument, past max_seqs -> ResourceExhausted;
-// step on an unknown id -> InvalidArgument; state pool short -> ResourceExhausted; forward
-// errors are returned with no state advanced for that item (items before it have advanced;
-// the scheduler treats a failed step as fatal for the batch).
+// step on an unknown id / bad token id -> InvalidArgument; step() is all-or-nothing for
+// every error it can foresee: ids, context and the batch's joint pool need are checked before
+// any sequence advances (state pool short -> ResourceExhausted, nothing advanced). An
+// unforeseen forward error after some items advanced is Internal (the engine ends the step's
+// requests).
 // Thread safety: not thread-safe (one engine thread drives a runner).
 #pragma once
 

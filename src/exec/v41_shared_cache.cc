@@ -105,6 +105,15 @@ Status V41SharedCache::begin(int64_t seq, int64_t n, int64_t* start_pos) {
   return ok_status();
 }
 
+Status V41SharedCache::check_fits(const std::vector<std::pair<int64_t, int64_t>>& items) const {
+  std::vector<CacheStepItem> plan_items;
+  for (const auto& [seq, n] : items) plan_items.push_back({seq, n});
+  const StepPlan p = cm_->plan_step(plan_items);
+  if (p.outcome != PlanOutcome::kOk)
+    return Status(StatusCode::kResourceExhausted, "V4.1 state cache full: " + p.shortfall);
+  return ok_status();
+}
+
 void V41SharedCache::finish() {
   STRATA_CHECK(inflight_);
   cm_->finish_step(inflight_->plan);

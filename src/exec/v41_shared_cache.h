@@ -89,6 +89,10 @@ class V41SharedCache {
   int64_t suggest_chunk(int64_t seq, int64_t n) const;
   // Plans + commits positions [num_computed, num_computed + n); *start_pos = num_computed.
   Status begin(int64_t seq, int64_t n, int64_t* start_pos);
+  // Whether one step computing n known ids of each (seq, n) fits the pools together (a pure
+  // plan; nothing changes): ResourceExhausted naming the short pool otherwise. A runner
+  // checks a whole batch with it before advancing any sequence (all-or-nothing step()).
+  Status check_fits(const std::vector<std::pair<int64_t, int64_t>>& items) const;
   void finish();
   void release(int64_t seq);
 

@@ -353,6 +353,13 @@ int64_t CacheManager::suggest_chunk(CacheSeqId seq, int64_t max_tokens) const {
   const int64_t start = s.started ? s.computed : plan_step({{seq, 1}}).seqs[0].start_pos;
   const int64_t n = std::max<int64_t>(0, std::min(max_tokens, len - start));
   const int64_t b = ((len - 1) / block_tokens_) * block_tokens_;
+  if (impl_->snapshots) {
+    // Every unit boundary up to b ends a step, so each one gets its boundary snapshot and a
+    // later prompt sharing any number of whole units hits all of them, whichever request
+    // published them (issue 22 item 5).
+    const int64_t next = (start / block_tokens_ + 1) * block_tokens_;
+    if (next <= b && start + n > next) return next - start;
+  }
   if (start < b && start + n > b) return b - start;
   return n;
 }

@@ -154,6 +154,9 @@ class CacheManager {
   // Scheduler helper: the largest chunk <= max_tokens for an idle sequence that does not step
   // over its last cacheable boundary floor((len-1)/unit)*unit without ending on it, so the
   // boundary snapshot is stored and a re-sent prompt hits that many tokens (field bug 1).
+  // With boundary snapshots on (ring/fixed state), it also ends a chunk at every unit
+  // boundary below that one, so every boundary of the prompt has its snapshot and a prompt
+  // sharing any k whole units with it hits k units (issue 22).
   int64_t suggest_chunk(CacheSeqId seq, int64_t max_tokens) const;
   void commit(const StepPlan& plan);
   void finish_step(const StepPlan& plan);

@@ -257,8 +257,9 @@ TEST(CacheManager, PrefixHitAtAlignmentBoundaries) {
     for (int i = 0; i < len; ++i) toks[i] = 100 + (i * 7) % 50;
     cm.add_sequence(1, toks);
     const int64_t boundary = ((len - 1) / u) * u;
-    // The scheduler asks for the whole prompt; suggest_chunk cuts it at the boundary.
-    EXPECT_EQ(cm.suggest_chunk(1, len), boundary > 0 ? boundary : len);
+    // The scheduler asks for the whole prompt; suggest_chunk cuts it at the first unit
+    // boundary (every boundary up to the last cacheable one ends a step).
+    EXPECT_EQ(cm.suggest_chunk(1, len), boundary > 0 ? u : len);
     while (cm.num_computed(1) < len) run_step(cm, 1, toks, cm.suggest_chunk(1, len));
     cm.release(1);
     cm.add_sequence(2, toks);
@@ -294,6 +295,36 @@ TEST(CacheManager, BasicHitNeedsBoundarySnapshot) {
   run_step(a, 3, toks, 16);  // stops on the boundary: snapshot stored at 16
   run_step(a, 3, toks, 1);
   EXPECT_EQ(a.plan_step({{2, 17}}).seqs[0].hit_tokens, 16);
+}
+
+// Issue 22 item 5: stepping each prompt by suggest_chunk stores a snapshot at every unit
+// boundary, so a shorter prompt sharing k units with a longer one published before it hits
+// k units (and the reverse order too), whatever the two lengths.
+TEST(CacheManager, EveryUnitBoundaryHitsWhicheverRequestPublished) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  const int u = 8;
+  std::vector<int32_t> q(3 * u);  // 3 shared units
+  for (int i = 0; i < 3 * u; ++i) q[i] = 10 + i;
+  auto with_tail = [&](int tail, int32_t salt) {
+    std::vector<int32_t> t = q;
+    for (int i = 0; i < tail; ++i) t.push_back(200 + salt + i);
+    return t;
+  };
+  for (auto [first_tail, second_tail] : {std::pair{19, 5}, std::pair{5, 19}, std::pair{1, u}}) {
+    CacheManager cm(*g, CacheOptions{.block_tokens = u, .max_seqs = 4, .max_tokens = 512});
+    const auto a = with_tail(first_tail, 0), b = with_tail(second_tail, 50);
+    cm.add_sequence(1, a);
+    while (cm.num_computed(1) < static_cast<int64_t>(a.size()))
+      run_step(cm, 1, a, cm.suggest_chunk(1, static_cast<int64_t>(a.size())));
+    cm.release(1);
+    cm.add_sequence(2, b);
+    const SeqStepPlan sp = run_step(cm, 2, b, static_cast<int64_t>(b.size()));
+    // b shares 3 units with a; the last-token rule caps the hit at floor((|b|-1)/u) units.
+    const int64_t want = std::min<int64_t>(3, (static_cast<int64_t>(b.size()) - 1) / u) * u;
+    EXPECT_EQ(sp.hit_tokens, want) << first_tail << " then " << second_tail;
+    cm.release(2);
+    cm.check_invariants();
+  }
 }
 
 // Bounded-replay policy: no boundary snapshots (0 bytes, no snapshot blocks), so a hit may end
