@@ -143,9 +143,11 @@ SchedulePlan Scheduler::plan() {
     const int64_t cap = runner_->token_capacity_left(r->seq) - plan.num_tokens;
     if (cap <= 0) {
       if (running_.size() == 1) {
-        fail(r, Status(StatusCode::kResourceExhausted,
-                       fmt::format("sequence needs more state than the runner can hold "
-                                   "({} tokens in state)", r->num_computed)));
+        fail(r, Status(StatusCode::kInvalidArgument,  // a 400: retrying cannot help
+                       fmt::format("the request needs more state than the runner can hold "
+                                   "even when it runs alone ({} tokens in state); shorten the "
+                                   "prompt or max_tokens, or raise --kv-cache-tokens",
+                                   r->num_computed)));
         continue;
       }
       Request* victim = running_.back();  // the last in order; may be r itself
@@ -191,8 +193,10 @@ SchedulePlan Scheduler::plan() {
       if (running_.empty()) {
         waiting_.pop_front();
         plan.failed.push_back(
-            {r->seq, Status(StatusCode::kResourceExhausted,
-                            "request does not fit in the runner's state even when alone")});
+            {r->seq, Status(StatusCode::kInvalidArgument,  // a 400: retrying cannot help
+                            "the request does not fit in the runner's state even when it runs "
+                            "alone; shorten the prompt or max_tokens, or raise "
+                            "--kv-cache-tokens")});
         requests_.erase(r->seq.value);
         continue;
       }
@@ -229,8 +233,10 @@ std::vector<FailedRequest> Scheduler::preempt_for_retry(const SchedulePlan& plan
   if (running_.empty()) return failed;
   if (running_.size() == 1) {
     Request* r = running_.front();
-    failed.push_back({r->seq, Status(StatusCode::kResourceExhausted,
-                                     "request does not fit in the runner's state even when alone")});
+    failed.push_back({r->seq, Status(StatusCode::kInvalidArgument,  // a 400: retrying cannot help
+                                     "the request does not fit in the runner's state even when "
+                                     "it runs alone; shorten the prompt or max_tokens, or raise "
+                                     "--kv-cache-tokens")});
     remove(r->seq);
     return failed;
   }

@@ -154,7 +154,8 @@ TEST(SchedulerTest, RequestThatCanNeverFitFailsInsteadOfWaitingForever) {
   }
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].seq.value, 1);
-  EXPECT_EQ(failed[0].status.code(), StatusCode::kResourceExhausted);
+  // Capacity that can never be met is the client's error (HTTP 400), not a retryable 429.
+  EXPECT_EQ(failed[0].status.code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(s.has_work());
   EXPECT_EQ(runner.live_sequences(), 0);
 }
