@@ -252,6 +252,30 @@ void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max)
       EXPECT_EQ(u.used_bytes, 0) << model << " " << u.kind << " still held after every request ended";
 }
 
+// The scenario: 3 concurrent 300-id prompts, 60 generated ids each, --kv-cache-tokens
+// 64 (which used to preempt 38 times and return different text from token ~21 on, and with
+// 500-id prompts failed bystanders with HTTP 500).
+TEST(PrefixPurity, V41ThreeLongRequestsSmallPool) {
+  const std::string model = "deepseek-v41-tiny";
+  auto tight = make_runner(model, 64);
+  ASSERT_TRUE(tight);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(ids(rng, 300, tight->info().vocab_size));
+  Engine engine(tight.get(), nullptr, EngineOptions{});
+  Driver d{&engine};
+  for (const auto& p : prompts) d.submit(p, greedy(60));
+  d.run();
+  EXPECT_EQ(engine.stats().requests_failed_total, 0);
+  std::printf("  preemptions: %lld\n", static_cast<long long>(engine.stats().num_preemptions_total));
+  size_t i = 0;
+  for (const auto& [id, o] : d.out) {
+    EXPECT_EQ(o.reason, FinishReason::kLength) << o.error;
+    EXPECT_TRUE(same(o, alone(model, prompts[i], 60))) << "request " << i;
+    ++i;
+  }
+}
+
 TEST(PrefixPurity, LlamaGrid) { prefix_grid("stories260K"); }
 TEST(PrefixPurity, V41Grid) { prefix_grid("deepseek-v41-tiny"); }
 TEST(PrefixPurity, V4Grid) { prefix_grid("deepseek-v4flash-tiny"); }

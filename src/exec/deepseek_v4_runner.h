@@ -32,6 +32,7 @@ class DeepseekV4Runner : public ModelRunner {
   void release_sequence(SeqId seq) override;
   int64_t sequence_length(SeqId seq) const override;
   int64_t token_capacity_left(SeqId seq) const override;
+  bool token_capacity_is_shared() const override { return false; }  // per-sequence limit
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
   const DeepseekV4Model& model() const { return *model_; }

@@ -68,6 +68,11 @@ class ModelRunner {
   virtual int64_t sequence_length(SeqId seq) const = 0;
   // How many more tokens the runner can take for `seq` (capacity and context permitting).
   virtual int64_t token_capacity_left(SeqId seq) const = 0;
+  // True when token_capacity_left() counts a pool shared by all sequences (tokens planned
+  // for one sequence in a step are then taken from every other's answer); false when it is
+  // a per-sequence limit only (context, per-sequence state) and a short shared pool shows as
+  // ResourceExhausted from step() instead, with nothing advanced.
+  virtual bool token_capacity_is_shared() const { return true; }
 
   // Runs one step over `items` (each seq at most once). On success `logits` holds one row
   // of vocab_size floats per item with want_logits, in item order. On error no sequence's

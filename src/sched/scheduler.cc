@@ -138,9 +138,11 @@ SchedulePlan Scheduler::plan() {
       ++i;
       continue;
     }
-    // The runner's answer does not know about tokens already planned this step; treat
-    // them as taken from a shared pool (conservative for per-sequence limits).
-    const int64_t cap = runner_->token_capacity_left(r->seq) - plan.num_tokens;
+    // The runner's answer does not know about tokens already planned this step: with a
+    // shared pool they are taken from it; a per-sequence limit is not touched by them (a
+    // short shared pool then comes back as ResourceExhausted from step(), nothing advanced).
+    const int64_t cap = runner_->token_capacity_left(r->seq) -
+                        (runner_->token_capacity_is_shared() ? plan.num_tokens : 0);
     if (cap <= 0) {
       if (running_.size() == 1) {
         fail(r, Status(StatusCode::kInvalidArgument,  // a 400: retrying cannot help
@@ -187,7 +189,8 @@ SchedulePlan Scheduler::plan() {
     }
     r->admitted_once = true;
     r->num_computed = cached;
-    const int64_t cap = runner_->token_capacity_left(r->seq) - plan.num_tokens;
+    const int64_t cap = runner_->token_capacity_left(r->seq) -
+                        (runner_->token_capacity_is_shared() ? plan.num_tokens : 0);
     if (cap <= 0) {
       release(r);
       if (running_.empty()) {
