@@ -8,9 +8,8 @@
 //   * preemption: small state pools, random arrivals and cancels force preemptions and
 //     recompute; no request errs, every finished one is bit-identical to its run alone on a
 //     roomy fresh runner, and at the end no request holds any state.
-// V4 has no prefix cache yet (its runner keeps one state per sequence, prefix_alignment 0),
-// so for V4 the grid checks batching/interleaving only; its preemption case is skipped (the
-// runner ignores --kv-cache-tokens; issue 22 item 5 is open).
+// All three families keep their sequences in one shared pool with a prefix cache (V4 and V4.1:
+// DeepseekCacheRunner).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/deepseek_v4_runner.h"
 #include "exec/runner_factory.h"
 #include "sched/engine.h"
 
@@ -202,8 +202,9 @@ void prefix_grid(const std::string& model) {
   }
 }
 
-void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max) {
-  auto tight = make_runner(model, kv_tokens);
+void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
+                std::unique_ptr<ModelRunner> tight_runner = nullptr) {
+  auto tight = tight_runner ? std::move(tight_runner) : make_runner(model, kv_tokens);
   ASSERT_TRUE(tight);
   const int32_t vocab = tight->info().vocab_size;
   std::mt19937 rng(7);
@@ -274,6 +275,17 @@ TEST(PrefixPurity, V41ThreeLongRequestsSmallPool) {
     EXPECT_TRUE(same(o, alone(model, prompts[i], 60))) << "request " << i;
     ++i;
   }
+}
+
+// V4 with few sequence slots (each owner's pool is max_tokens/unit + max_seqs blocks of 128:
+// 5 blocks = 640 positions per owner, room for the longest request alone plus one unit).
+TEST(PrefixPurity, V4Preemption) {
+  V41RunnerCacheOptions co;
+  co.max_seqs = 3;
+  co.max_tokens = 256;
+  auto r = DeepseekV4Runner::create(model_dir("deepseek-v4flash-tiny"), "", 2, co);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  preemption("deepseek-v4flash-tiny", 0, 440, std::move(r).value());
 }
 
 TEST(PrefixPurity, LlamaGrid) { prefix_grid("stories260K"); }

@@ -19,17 +19,7 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   std::unique_ptr<DeepseekV41Runner> r(new DeepseekV41Runner());
   STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV41Model::load(dir, options));
   const DeepseekConfig& c = r->model_->config();
-  if (name.empty()) name = std::filesystem::path(dir).filename().string();
-  if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
-  r->info_.name = name;
-  r->info_.architecture = "deepseek_v41";
-  r->info_.vocab_size = static_cast<int32_t>(c.vocab_size);
-  r->info_.max_context = r->model_->max_context();
-  r->info_.bos_id = static_cast<int32_t>(c.bos_token_id);
-  r->info_.eos_id = static_cast<int32_t>(c.eos_token_id);
-  r->cache_opts_ = cache;
-  r->cm_ = std::make_unique<V41SharedCache>(r->model_->state_graph(), cache,
-                                            r->model_->state_max_tokens());
+  r->init(dir, std::move(name), "deepseek_v41", cache);
   if (cache.restore != V41PrefixRestore::kStoredState && !c.engram_layer_ids.empty() &&
       c.engram_max_ngram_size > 1) {
     // The Engram history at the replay start is rebuilt from ids: the same compressed-token
@@ -46,42 +36,6 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
     r->engram_map_ = std::move(map);
   }
   return r;
-}
-
-DeepseekV41Runner::~DeepseekV41Runner() {
-  for (auto& [id, s] : seqs_) s.state.reset();
-}
-
-Status DeepseekV41Runner::add_sequence(SeqId seq) {
-  if (seqs_.count(seq)) return invalid_argument("sequence {} already exists", seq.value);
-  if (static_cast<int>(seqs_.size()) >= cm_->max_seqs())
-    return Status(StatusCode::kResourceExhausted,
-                  fmt::format("V4.1 runner holds {} sequences (max_seqs)", seqs_.size()));
-  seqs_[seq] = Seq{};
-  return ok_status();
-}
-
-void DeepseekV41Runner::release_sequence(SeqId seq) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  const bool started = it->second.state != nullptr;
-  seqs_.erase(it);
-  if (started) cm_->release(seq.value);
-}
-
-void DeepseekV41Runner::start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit) {
-  STRATA_CHECK(!s.state);
-  int64_t len = cm_->start(seq.value, prompt, allow_hit);
-  if (len > 0 && cm_->restore() != V41PrefixRestore::kStoredState &&
-      !replay(seq, s, prompt, len).ok()) {
-    s.state.reset();
-    cm_->release(seq.value);
-    len = cm_->start(seq.value, prompt, /*allow_hit=*/false);
-  }
-  // (After a replay the state, at length len, keeps its published index owner.)
-  if (!s.state)
-    s.state = std::make_unique<V41SequenceState>(model_->config(), cm_->manager(), seq.value, len);
-  s.pending.assign(prompt.begin() + len, prompt.end());
 }
 
 Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> prompt,
@@ -120,123 +74,6 @@ Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> pro
   st.set_shared_prefix_end(0);
   st.set_window_floor(0);
   return ok_status();
-}
-
-int64_t DeepseekV41Runner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
-  auto it = seqs_.find(seq);
-  STRATA_CHECK_MSG(it != seqs_.end(), "attach_cached_prefix: unknown sequence {}", seq.value);
-  Seq& s = it->second;
-  if (s.state || tokens.empty()) return length(s);
-  start(seq, s, tokens, /*allow_hit=*/cm_->prefix_cache());
-  return length(s);
-}
-
-int64_t DeepseekV41Runner::prefix_alignment() const {
-  return cm_->prefix_cache() ? cm_->unit() : 0;
-}
-
-int64_t DeepseekV41Runner::sequence_length(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : length(it->second);
-}
-
-int64_t DeepseekV41Runner::token_capacity_left(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
-  if (it == seqs_.end()) return cap;
-  return std::max<int64_t>(0, cap - length(it->second));
-}
-
-Status DeepseekV41Runner::step(std::span<const StepItem> items, std::vector<float>* logits) {
-  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const StepItem& it = items[i];
-    auto f = seqs_.find(it.seq);
-    if (f == seqs_.end()) return invalid_argument("unknown sequence {}", it.seq.value);
-    if (it.tokens.empty()) return invalid_argument("sequence {} has no tokens", it.seq.value);
-    for (size_t j = 0; j < i; ++j)
-      if (items[j].seq == it.seq) return invalid_argument("sequence {} appears twice", it.seq.value);
-    const int64_t end = length(f->second) + static_cast<int64_t>(it.tokens.size());
-    if (end > cap)
-      return Status(StatusCode::kResourceExhausted,
-                    fmt::format("sequence {} would hold {} positions; capacity {}", it.seq.value,
-                                end, cap));
-    // Ids given at admission (attach_cached_prefix) must agree with what is fed now.
-    const Seq& s = f->second;
-    const size_t m = std::min(s.pending.size(), it.tokens.size());
-    if (!std::equal(s.pending.begin(), s.pending.begin() + m, it.tokens.begin()))
-      return invalid_argument("sequence {}: tokens differ from the ones given at admission",
-                              it.seq.value);
-    for (int32_t t : it.tokens)
-      if (t < 0 || t >= info_.vocab_size)
-        return invalid_argument("sequence {}: token id {} out of range [0, {})", it.seq.value, t,
-                                info_.vocab_size);
-  }
-  // All-or-nothing (model_runner.h): make the ids known to the manager (metadata only), then
-  // check that the whole batch fits the pools together before any sequence advances. A
-  // ResourceExhausted here leaves every sequence where it was, so the scheduler may preempt
-  // one and retry the others (issue 22 item 2).
-  std::vector<std::pair<int64_t, int64_t>> need;
-  for (const StepItem& it : items) {
-    Seq& s = seqs_.at(it.seq);
-    if (!s.state) start(it.seq, s, {}, /*allow_hit=*/false);
-    const int64_t n = static_cast<int64_t>(it.tokens.size());
-    const int64_t have = static_cast<int64_t>(s.pending.size());
-    if (have < n) {
-      const std::span<const int32_t> extra = it.tokens.subspan(static_cast<size_t>(have));
-      cm_->append(it.seq.value, extra);
-      s.pending.insert(s.pending.end(), extra.begin(), extra.end());
-    }
-    need.emplace_back(it.seq.value, n);
-  }
-  STRATA_RETURN_IF_ERROR(cm_->check_fits(need));
-  logits->clear();
-  std::vector<float> row;
-  size_t advanced = 0;
-  for (const StepItem& it : items) {
-    Seq& s = seqs_.at(it.seq);
-    const int64_t n = static_cast<int64_t>(it.tokens.size());
-    const int64_t pos0 = s.state->length();
-    int64_t done = 0;
-    while (done < n) {
-      int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
-      if (c <= 0 || c > n - done) c = n - done;
-      const int64_t pos = pos0 + done;
-      // Canonical form (exec/call_shape.h): every row as a one-token decode step at its
-      // position, prompt or generated, so splits, prefix hits and recompute change no bit.
-      const V41ForwardOptions opt;
-      int64_t start_pos = 0;
-      Status st = cm_->begin(it.seq.value, c, &start_pos);
-      if (st.ok()) {
-        STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}",
-                         it.seq.value, start_pos, pos);
-        st = model_->forward(s.state.get(), it.tokens.subspan(done, c), opt, &row);
-        cm_->finish();
-      }
-      if (!st.ok()) {
-        // Not expected after the checks above. Earlier items have advanced: not a
-        // retryable capacity outcome, so the engine ends the step's requests.
-        if (advanced == 0 && done == 0 && st.code() == StatusCode::kResourceExhausted) return st;
-        return internal_error("sequence {} failed after {} of {} items advanced: {}",
-                              it.seq.value, advanced, items.size(), st.to_string());
-      }
-      s.pending.erase(s.pending.begin(), s.pending.begin() + c);
-      done += c;
-    }
-    if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
-    ++advanced;
-  }
-  return ok_status();
-}
-
-std::vector<CacheUsage> DeepseekV41Runner::cache_usage() const {
-  std::vector<int64_t> lengths;
-  for (const auto& [id, s] : seqs_)
-    if (s.state) lengths.push_back(s.state->length());
-  std::vector<CacheUsage> out;
-  for (const V41KindUsage& u : cm_->usage(lengths))
-    out.push_back(CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes});
-  return out;
 }
 
 StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int32_t> tokens,

@@ -1,19 +1,8 @@
 // DeepseekV41Runner: ModelRunner (exec/model_runner.h) over DeepseekV41Model, plus the
 // GoldenTarget adapter `strata validate golden` uses (exec/golden_validator.h).
 //
-// All sequences share ONE CacheManager (state/cache_manager.h) over the model's StateGraph,
-// with the prefix cache on: window rings, compressed KV, index keys, compressor partial state
-// and Engram history live there in the serving format; each sequence is a V41SequenceState
-// on the external-manager backend (v41_sequence_state.h), and the runner drives
-// add_sequence / plan_step / commit / finish_step / release.
-// step() runs every item's tokens at the sequence's current length (prefill, a later prefill
-// chunk, or decode); items are independent, so a sequence's logits do not depend on its batch
-// neighbours. An item whose tokens step over the sequence's last cacheable boundary
-// floor((len-1)/unit)*unit is split there (CacheManager::suggest_chunk, field bug 1) so the
-// boundary snapshot is published (and, with boundary snapshots, at every unit boundary below
-// it, so every shared depth can hit). Every row is computed in the canonical numeric form
-// (exec/call_shape.h): splitting, prefix hits and recompute after preemption do not change
-// any logits, and StepItem::prompt_len is not needed.
+// The shared cache, step(), prefix hits, usage and errors are DeepseekCacheRunner's
+// (exec/deepseek_cache_runner.h; state: V41SequenceState on the external-manager backend).
 // Prefix cache: attach_cached_prefix(seq, tokens) restores the longest cached prefix (whole
 // units of prefix_alignment() tokens, < tokens.size()) by sharing compressed-KV / index-key
 // blocks and copying the boundary snapshot (rings, compressor tails, Engram history); a hit
@@ -28,15 +17,6 @@
 // positions before H-R (drift measured in tests/v41_prefix_replay_test.cc, docs/state.md §5);
 // exact when H <= R or R >= replay_exact_tokens() (kReplayExact's default). If the replay
 // forward fails the sequence restarts cold (no hit).
-// cache_usage(): one entry per state kind (bytes held by running sequences, from the graph's
-// per-kind formulas; capacity = that kind's pool bytes), plus "v41_prefix_cache" (pool bytes
-// held only by cache entries). release_sequence frees every kind.
-// Errors: add_sequence on a live id -> InvalidArgument, past max_seqs -> ResourceExhausted;
-// step on an unknown id / bad token id -> InvalidArgument; step() is all-or-nothing for
-// every error it can foresee: ids, context and the batch's joint pool need are checked before
-// any sequence advances (state pool short -> ResourceExhausted, nothing advanced). An
-// unforeseen forward error after some items advanced is Internal (the engine ends the step's
-// requests).
 // Thread safety: not thread-safe (one engine thread drives a runner).
 #pragma once
 
@@ -44,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/deepseek_cache_runner.h"
 #include "exec/deepseek_v41_model.h"
 #include "exec/golden_validator.h"
 #include "exec/model_runner.h"
@@ -52,48 +33,21 @@
 namespace strata {
 
 
-class DeepseekV41Runner : public ModelRunner {
+class DeepseekV41Runner
+    : public DeepseekCacheRunner<DeepseekV41Model, V41SequenceState, V41ForwardOptions> {
  public:
   static StatusOr<std::unique_ptr<DeepseekV41Runner>> create(const std::string& dir,
                                                              const V41LoadOptions& options,
                                                              std::string name = "",
                                                              V41RunnerCacheOptions cache = {});
-  ~DeepseekV41Runner() override;
-
-  const ModelInfo& info() const override { return info_; }
-  Status add_sequence(SeqId seq) override;
-  void release_sequence(SeqId seq) override;
-  int64_t sequence_length(SeqId seq) const override;
-  int64_t token_capacity_left(SeqId seq) const override;
-  bool token_capacity_is_shared() const override { return false; }  // per-sequence limit
-  Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
-  std::vector<CacheUsage> cache_usage() const override;
-  int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
-  int64_t prefix_alignment() const override;
   // Weights touched by one decode token (dense + n_activated routed experts per layer +
   // embedding row + LM head) plus state read at length `len` (deepseek_v41_decode_bytes.cc).
   int64_t decode_bytes_read(int64_t len) const override;
 
-  const DeepseekV41Model& model() const { return *model_; }
-  // The shared manager (tests: check_invariants, clear_prefix_cache, free blocks).
-  V41SharedCache& shared_cache() { return *cm_; }
-
  private:
-  struct Seq {
-    std::unique_ptr<V41SequenceState> state;  // null until started in the manager
-    std::vector<int32_t> pending;             // ids the manager knows beyond length
-  };
   DeepseekV41Runner() = default;
-  void start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit);
   // Replay policies: rebuilds ring / fixed state after a hit of `hit` tokens of `prompt`.
-  Status replay(SeqId seq, Seq& s, std::span<const int32_t> prompt, int64_t hit);
-  int64_t length(const Seq& s) const { return s.state ? s.state->length() : 0; }
-
-  std::unique_ptr<DeepseekV41Model> model_;
-  ModelInfo info_;
-  V41RunnerCacheOptions cache_opts_;
-  std::unique_ptr<V41SharedCache> cm_;
-  std::map<SeqId, Seq> seqs_;
+  Status replay(SeqId seq, Seq& s, std::span<const int32_t> prompt, int64_t hit) override;
   // Replay policies with Engram: raw token id -> compressed id (the model's Engram token map,
   // loaded the same way; the model does not expose its hasher).
   std::vector<int64_t> engram_map_;

@@ -2,46 +2,39 @@
 // GoldenTarget adapter `strata validate golden` uses (exec/golden_validator.h), and the
 // version-dispatching golden factory (V4 config -> V4 target, V4.1 -> V4.1 target).
 //
-// Each sequence owns one V4SequenceState (window rings, compressed KV and index keys per
-// layer, compressor partial states). step() runs every item's tokens as one chunk at the
-// sequence's current length; items are independent (batch-invariant), every row in the
-// canonical numeric form (exec/call_shape.h), so a position's logits depend on its prefix only.
-// Errors: add_sequence on a live id / step on an unknown id -> InvalidArgument; forward errors
-// are returned with no state advanced for that item.
-// Thread safety: not thread-safe (one engine thread drives a runner).
+// All sequences share one CacheManager with the prefix cache, exactly as V4.1
+// (DeepseekCacheRunner, exec/deepseek_cache_runner.h): window rings, compressed KV, index keys
+// and the compressor partial states (the CSA overlapping compressor's previous-group rows,
+// the HCA buffered rows) are V4SequenceStates on the external-manager backend; a prefix hit
+// shares the paged blocks and copies the boundary snapshot of the ring/fixed owners.
+// --kv-cache-tokens sizes the paged pools (preemption under pressure), cache_usage() reports
+// per kind. Only the exact stored-snapshot restore exists for V4 (a replay policy is refused
+// at create()).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
 
+#include "exec/deepseek_cache_runner.h"
 #include "exec/deepseek_v4_model.h"
 #include "exec/golden_validator.h"
 #include "exec/model_runner.h"
 
 namespace strata {
 
-class DeepseekV4Runner : public ModelRunner {
+class DeepseekV4Runner
+    : public DeepseekCacheRunner<DeepseekV4Model, V4SequenceState, V4ForwardOptions> {
  public:
-  // threads: compute threads of the forward (0 = the CPUs this process may use; results do not depend on it).
+  // threads: compute threads of the forward (0 = the CPUs this process may use; results do
+  // not depend on it). InvalidArgument for a replay restore policy.
   static StatusOr<std::unique_ptr<DeepseekV4Runner>> create(const std::string& dir,
                                                             std::string name = "",
-                                                            int threads = 0);
-  const ModelInfo& info() const override { return info_; }
-  Status add_sequence(SeqId seq) override;
-  void release_sequence(SeqId seq) override;
-  int64_t sequence_length(SeqId seq) const override;
-  int64_t token_capacity_left(SeqId seq) const override;
-  bool token_capacity_is_shared() const override { return false; }  // per-sequence limit
-  Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
-  std::vector<CacheUsage> cache_usage() const override;
-  const DeepseekV4Model& model() const { return *model_; }
+                                                            int threads = 0,
+                                                            V41RunnerCacheOptions cache = {});
 
  private:
   DeepseekV4Runner() = default;
-  std::unique_ptr<DeepseekV4Model> model_;
-  ModelInfo info_;
-  std::map<SeqId, std::unique_ptr<V4SequenceState>> seqs_;
 };
 
 // GoldenTarget over one V4 sequence: reset() starts a fresh sequence; forward() returns the

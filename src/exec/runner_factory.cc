@@ -74,7 +74,11 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
   if (arch == "DeepseekV4ForCausalLM" || arch == "deepseek_v4") {
-    STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV4Runner::create(dir, options.name, options.threads));
+    V41RunnerCacheOptions cache;
+    cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
+    STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
+    STRATA_ASSIGN_OR_RETURN(auto r,
+                            DeepseekV4Runner::create(dir, options.name, options.threads, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
   return unimplemented("{}: architecture '{}' is not supported", dir, arch);

@@ -94,7 +94,7 @@ Status V41SharedCache::begin(int64_t seq, int64_t n, int64_t* start_pos) {
   STRATA_CHECK(!inflight_);
   StepPlan p = cm_->plan_step({{seq, n}});
   if (p.outcome != PlanOutcome::kOk)
-    return Status(StatusCode::kResourceExhausted, "V4.1 state cache full: " + p.shortfall);
+    return Status(StatusCode::kResourceExhausted, "state cache full: " + p.shortfall);
   STRATA_CHECK_MSG(p.seqs.size() == 1 && p.seqs[0].num_tokens == n,
                    "V41SharedCache: plan for seq {} covers {} of {} tokens", seq,
                    p.seqs.empty() ? 0 : p.seqs[0].num_tokens, n);
@@ -110,7 +110,7 @@ Status V41SharedCache::check_fits(const std::vector<std::pair<int64_t, int64_t>>
   for (const auto& [seq, n] : items) plan_items.push_back({seq, n});
   const StepPlan p = cm_->plan_step(plan_items);
   if (p.outcome != PlanOutcome::kOk)
-    return Status(StatusCode::kResourceExhausted, "V4.1 state cache full: " + p.shortfall);
+    return Status(StatusCode::kResourceExhausted, "state cache full: " + p.shortfall);
   return ok_status();
 }
 

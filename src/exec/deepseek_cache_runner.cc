@@ -1,0 +1,209 @@
+// DeepseekCacheRunner: see deepseek_cache_runner.h.
+#include "exec/deepseek_cache_runner.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "exec/v41_sequence_state.h"
+#include "exec/v4_sequence_state.h"
+
+namespace strata {
+
+template <class Model, class State, class Options>
+DeepseekCacheRunner<Model, State, Options>::~DeepseekCacheRunner() {
+  for (auto& [id, s] : seqs_) s.state.reset();
+}
+
+template <class Model, class State, class Options>
+void DeepseekCacheRunner<Model, State, Options>::init(const std::string& dir, std::string name,
+                                                      const char* arch,
+                                                      const V41RunnerCacheOptions& cache) {
+  const DeepseekConfig& c = model_->config();
+  if (name.empty()) name = std::filesystem::path(dir).filename().string();
+  if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
+  info_.name = name;
+  info_.architecture = arch;
+  info_.vocab_size = static_cast<int32_t>(c.vocab_size);
+  info_.max_context = model_->max_context();
+  info_.bos_id = static_cast<int32_t>(c.bos_token_id);
+  info_.eos_id = static_cast<int32_t>(c.eos_token_id);
+  cache_opts_ = cache;
+  cm_ = std::make_unique<V41SharedCache>(model_->state_graph(), cache, model_->state_max_tokens());
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::replay(SeqId, Seq&, std::span<const int32_t>,
+                                                          int64_t) {
+  return unimplemented("{}: no replay restore", info_.architecture);
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::add_sequence(SeqId seq) {
+  if (seqs_.count(seq)) return invalid_argument("sequence {} already exists", seq.value);
+  if (static_cast<int>(seqs_.size()) >= cm_->max_seqs())
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("{} runner holds {} sequences (max_seqs)", info_.architecture, seqs_.size()));
+  seqs_[seq] = Seq{};
+  return ok_status();
+}
+
+template <class Model, class State, class Options>
+void DeepseekCacheRunner<Model, State, Options>::release_sequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const bool started = it->second.state != nullptr;
+  seqs_.erase(it);
+  if (started) cm_->release(seq.value);
+}
+
+template <class Model, class State, class Options>
+void DeepseekCacheRunner<Model, State, Options>::start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit) {
+  STRATA_CHECK(!s.state);
+  int64_t len = cm_->start(seq.value, prompt, allow_hit);
+  if (len > 0 && cm_->restore() != V41PrefixRestore::kStoredState &&
+      !replay(seq, s, prompt, len).ok()) {
+    s.state.reset();
+    cm_->release(seq.value);
+    len = cm_->start(seq.value, prompt, /*allow_hit=*/false);
+  }
+  if (!s.state)
+    s.state = std::make_unique<State>(model_->config(), cm_->manager(), seq.value, len);
+  s.pending.assign(prompt.begin() + len, prompt.end());
+}
+
+
+template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  auto it = seqs_.find(seq);
+  STRATA_CHECK_MSG(it != seqs_.end(), "attach_cached_prefix: unknown sequence {}", seq.value);
+  Seq& s = it->second;
+  if (s.state || tokens.empty()) return length(s);
+  start(seq, s, tokens, /*allow_hit=*/cm_->prefix_cache());
+  return length(s);
+}
+
+template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::prefix_alignment() const {
+  return cm_->prefix_cache() ? cm_->unit() : 0;
+}
+
+template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::sequence_length(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : length(it->second);
+}
+
+template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::token_capacity_left(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
+  if (it == seqs_.end()) return cap;
+  return std::max<int64_t>(0, cap - length(it->second));
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::step(std::span<const StepItem> items, std::vector<float>* logits) {
+  const int64_t cap = std::min(model_->state_max_tokens(), model_->max_context());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    auto f = seqs_.find(it.seq);
+    if (f == seqs_.end()) return invalid_argument("unknown sequence {}", it.seq.value);
+    if (it.tokens.empty()) return invalid_argument("sequence {} has no tokens", it.seq.value);
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].seq == it.seq) return invalid_argument("sequence {} appears twice", it.seq.value);
+    const int64_t end = length(f->second) + static_cast<int64_t>(it.tokens.size());
+    if (end > cap)
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("sequence {} would hold {} positions; capacity {}", it.seq.value,
+                                end, cap));
+    // Ids given at admission (attach_cached_prefix) must agree with what is fed now.
+    const Seq& s = f->second;
+    const size_t m = std::min(s.pending.size(), it.tokens.size());
+    if (!std::equal(s.pending.begin(), s.pending.begin() + m, it.tokens.begin()))
+      return invalid_argument("sequence {}: tokens differ from the ones given at admission",
+                              it.seq.value);
+    for (int32_t t : it.tokens)
+      if (t < 0 || t >= info_.vocab_size)
+        return invalid_argument("sequence {}: token id {} out of range [0, {})", it.seq.value, t,
+                                info_.vocab_size);
+  }
+  // All-or-nothing (model_runner.h): make the ids known to the manager (metadata only), then
+  // check that the whole batch fits the pools together before any sequence advances. A
+  // ResourceExhausted here leaves every sequence where it was, so the scheduler may preempt
+  // one and retry the others (issue 22 item 2).
+  std::vector<std::pair<int64_t, int64_t>> need;
+  for (const StepItem& it : items) {
+    Seq& s = seqs_.at(it.seq);
+    if (!s.state) start(it.seq, s, {}, /*allow_hit=*/false);
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    const int64_t have = static_cast<int64_t>(s.pending.size());
+    if (have < n) {
+      const std::span<const int32_t> extra = it.tokens.subspan(static_cast<size_t>(have));
+      cm_->append(it.seq.value, extra);
+      s.pending.insert(s.pending.end(), extra.begin(), extra.end());
+    }
+    need.emplace_back(it.seq.value, n);
+  }
+  STRATA_RETURN_IF_ERROR(cm_->check_fits(need));
+  logits->clear();
+  std::vector<float> row;
+  size_t advanced = 0;
+  for (const StepItem& it : items) {
+    Seq& s = seqs_.at(it.seq);
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    const int64_t pos0 = s.state->length();
+    int64_t done = 0;
+    while (done < n) {
+      int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
+      if (c <= 0 || c > n - done) c = n - done;
+      const int64_t pos = pos0 + done;
+      // Canonical form (exec/call_shape.h): every row as a one-token decode step at its
+      // position, prompt or generated, so splits, prefix hits and recompute change no bit.
+      const Options opt;
+      int64_t start_pos = 0;
+      Status st = cm_->begin(it.seq.value, c, &start_pos);
+      if (st.ok()) {
+        STRATA_CHECK_MSG(start_pos == pos, "seq {}: plan starts at {}, state at {}",
+                         it.seq.value, start_pos, pos);
+        st = model_->forward(s.state.get(), it.tokens.subspan(done, c), opt, &row);
+        cm_->finish();
+      }
+      if (!st.ok()) {
+        // Not expected after the checks above. Earlier items have advanced: not a
+        // retryable capacity outcome, so the engine ends the step's requests.
+        if (advanced == 0 && done == 0 && st.code() == StatusCode::kResourceExhausted) return st;
+        return internal_error("sequence {} failed after {} of {} items advanced: {}",
+                              it.seq.value, advanced, items.size(), st.to_string());
+      }
+      s.pending.erase(s.pending.begin(), s.pending.begin() + c);
+      done += c;
+    }
+    if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
+    ++advanced;
+  }
+  return ok_status();
+}
+
+template <class Model, class State, class Options>
+std::vector<CacheUsage> DeepseekCacheRunner<Model, State, Options>::cache_usage() const {
+  std::vector<int64_t> lengths;
+  for (const auto& [id, s] : seqs_)
+    if (s.state) lengths.push_back(s.state->length());
+  std::vector<CacheUsage> out;
+  // "v41_prefix_cache" / "v4_prefix_cache": pool bytes held only by the prefix cache.
+  const std::string prefix_kind =
+      (info_.architecture == "deepseek_v4" ? std::string("v4") : std::string("v41")) + "_prefix_cache";
+  for (const V41KindUsage& u : cm_->usage(lengths))
+    out.push_back(CacheUsage{u.kind == "v41_prefix_cache" ? prefix_kind : u.kind, "host",
+                             u.used_bytes, u.capacity_bytes});
+  return out;
+}
+
+
+template class DeepseekCacheRunner<DeepseekV41Model, V41SequenceState, V41ForwardOptions>;
+template class DeepseekCacheRunner<DeepseekV4Model, V4SequenceState, V4ForwardOptions>;
+
+}  // namespace strata
