@@ -118,6 +118,14 @@ void grid(const std::string& model) {
                                     << " ids (cached " << got[i].cached << ") differs from a fresh server";
   }
   if (align > 0) EXPECT_GE(hits, static_cast<int>(prompts.size()) / 2) << model;
+  // /metrics states the memory one cached unit costs (rows + boundary snapshot).
+  const std::string metrics = testing::http_get(server->port(), "/metrics").body;
+  const int64_t per_unit = server->runner().prefix_cache_bytes_per_unit();
+  EXPECT_GT(per_unit, 0) << model;
+  EXPECT_NE(metrics.find("strata:prefix_cache_bytes_per_unit{model_name=\"" +
+                         server->runner().info().name + "\"} " + std::to_string(per_unit)),
+            std::string::npos)
+      << model << "\n" << metrics.substr(0, 2000);
 
   // Multi-turn.
   std::vector<int32_t> convo = ids(unit + 5);

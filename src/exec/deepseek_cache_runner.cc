@@ -203,6 +203,13 @@ std::vector<CacheUsage> DeepseekCacheRunner<Model, State, Options>::cache_usage(
 }
 
 
+template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::prefix_cache_bytes_per_unit() const {
+  if (!cm_->prefix_cache()) return 0;
+  const double rows = static_cast<double>(cm_->unit()) * model_->state_graph().bytes_per_token();
+  return static_cast<int64_t>(rows) + cm_->boundary_snapshot_bytes();
+}
+
 template class DeepseekCacheRunner<DeepseekV41Model, V41SequenceState, V41ForwardOptions>;
 template class DeepseekCacheRunner<DeepseekV4Model, V4SequenceState, V4ForwardOptions>;
 

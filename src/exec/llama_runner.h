@@ -42,6 +42,9 @@ class LlamaRunner : public ModelRunner {
   void release_sequence(SeqId seq) override;
   int64_t sequence_length(SeqId seq) const override;
   int64_t token_capacity_left(SeqId seq) const override;
+  int64_t prefix_cache_bytes_per_unit() const override {
+    return prefix_alignment() * kv_.bytes_per_token();
+  }
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;

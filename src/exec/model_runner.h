@@ -97,6 +97,9 @@ class ModelRunner {
   }
   // Granularity of prefix-cache hits in tokens; 0 when the runner has no prefix cache.
   virtual int64_t prefix_alignment() const { return 0; }
+  // Bytes one cached alignment unit holds in the prefix cache (its growing rows plus any
+  // boundary snapshot of ring / fixed state stored with it); 0 = no prefix cache.
+  virtual int64_t prefix_cache_bytes_per_unit() const { return 0; }
 
   // ---- Optional: benchmarks. ----
   // Bytes of weights and state one decode step of a sequence of `len` tokens reads from

@@ -306,6 +306,7 @@ void Engine::publish_stats() {
   s.prefix_cache_hits_total = c.prefix_cache_hits;
   s.num_preemptions_total = c.preemptions;
   s.cache_usage = runner_->cache_usage();
+  s.prefix_cache_bytes_per_unit = runner_->prefix_cache_bytes_per_unit();
   std::lock_guard lock(stats_mu_);
   stats_ = std::move(s);
 }

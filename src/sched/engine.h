@@ -78,6 +78,7 @@ struct EngineStats {
   double schedule_seconds_total = 0;     // planning + sampling/detokenizing
   double forward_seconds_total = 0;      // runner.step
   std::vector<CacheUsage> cache_usage;   // after the latest step
+  int64_t prefix_cache_bytes_per_unit = 0;  // ModelRunner::prefix_cache_bytes_per_unit()
 };
 
 class Engine {

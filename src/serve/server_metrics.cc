@@ -106,6 +106,11 @@ std::string ServerMetrics::render(const EngineStats& s) const {
     out += fmt::format("strata:cache_used_bytes{{{},kind=\"{}\",tier=\"{}\"}} {}\n", model,
                        escape_label(u.kind), escape_label(u.tier), u.used_bytes);
   }
+  out += "# HELP strata:prefix_cache_bytes_per_unit Bytes one cached alignment unit holds "
+         "(growing rows + boundary snapshot).\n"
+         "# TYPE strata:prefix_cache_bytes_per_unit gauge\n";
+  out += fmt::format("strata:prefix_cache_bytes_per_unit{{{}}} {}\n", model,
+                     s.prefix_cache_bytes_per_unit);
   out += "# HELP strata:cache_capacity_bytes State capacity per kind and memory tier.\n"
          "# TYPE strata:cache_capacity_bytes gauge\n";
   for (const CacheUsage& u : s.cache_usage) {

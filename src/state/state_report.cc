@@ -131,10 +131,16 @@ std::string format_state_text(const StateGraph& g, const StateReportOptions& opt
                    format_bytes(static_cast<double>(g.bytes_per_request_fixed())));
   s += fmt::format(
       "prefix cache: alignment unit {} tokens (multiple of every ratio); a prompt of >= 1 unit "
-      "reuses floor((len-1)/unit)*unit tokens; stored boundary state (windows, compressor "
-      "tails, Engram history) {} B ({}) per cached boundary\n",
+      "reuses floor((len-1)/unit)*unit tokens, and one sharing k whole units with any cached "
+      "prompt hits k units; stored boundary state (windows, compressor tails, Engram history) "
+      "{} B ({}) per cached boundary\n",
       unit, snapshot_bytes(g), format_bytes(static_cast<double>(snapshot_bytes(g))));
   const double unit_bytes = unit * g.bytes_per_token();
+  s += fmt::format(
+      "memory per cached unit: {:.0f} B ({}) under `stored` (a snapshot at every unit boundary "
+      "+ the unit's growing rows), {:.0f} B under the replay policies\n",
+      static_cast<double>(snapshot_bytes(g)) + unit_bytes,
+      format_bytes(static_cast<double>(snapshot_bytes(g)) + unit_bytes), unit_bytes);
   s += fmt::format(
       "prefix restore policies (every unit entry shares {:.0f} B of growing rows):\n"
       "  stored        {} B per cached boundary (ring/fixed snapshot; exact; default)\n"
@@ -183,12 +189,15 @@ std::string format_state_json(const StateGraph& g, const StateReportOptions& opt
     const int unit = unit_of(g, opt);
     json pr;
     pr["unit_entry_bytes"] = unit * g.bytes_per_token();
+    const double ub = unit * g.bytes_per_token();
+    // bytes_per_cached_unit: a snapshot at every unit boundary (stored) + the unit's rows.
     pr["stored"] = {{"bytes_per_boundary", snapshot_bytes(g)}, {"replay_tokens", 0},
-                    {"exact", true}};
+                    {"exact", true},
+                    {"bytes_per_cached_unit", static_cast<double>(snapshot_bytes(g)) + ub}};
     pr["replay"] = {{"bytes_per_boundary", 0}, {"replay_tokens", replay_window_tokens(g)},
-                    {"exact", false}};
+                    {"exact", false}, {"bytes_per_cached_unit", ub}};
     pr["replay_exact"] = {{"bytes_per_boundary", 0}, {"replay_tokens", replay_exact_tokens(g)},
-                          {"exact", true}};
+                          {"exact", true}, {"bytes_per_cached_unit", ub}};
     j["prefix_restore"] = pr;
   }
   json kinds = json::array();

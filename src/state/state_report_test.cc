@@ -41,6 +41,10 @@ TEST(StateReport, V41FlashJson) {
   EXPECT_EQ(pr["replay"]["replay_tokens"].get<int64_t>(), 128);
   EXPECT_FALSE(pr["replay"]["exact"].get<bool>());
   EXPECT_EQ(pr["replay_exact"]["replay_tokens"].get<int64_t>(), 5082);
+  // Memory per cached unit (issue 22: a snapshot at every unit boundary under `stored`).
+  EXPECT_DOUBLE_EQ(pr["stored"]["bytes_per_cached_unit"].get<double>(),
+                   43.0 * 128 * 528 + 3 * 8192 + 12 + 64 * 890.0);
+  EXPECT_DOUBLE_EQ(pr["replay"]["bytes_per_cached_unit"].get<double>(), 64 * 890.0);
   bool saw_ckv = false;
   for (const auto& k : j["kinds"]) {
     if (k["kind"] == "compressed_kv") {
