@@ -156,11 +156,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
                                 const V4ForwardOptions& opt, std::vector<float>* logits) const {
   const DeepseekConfig& cf = config_;
   const int64_t S = static_cast<int64_t>(tokens.size());
-  if (S == 0) return invalid_argument("forward: no tokens");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= cf.vocab_size) return invalid_argument("token id {} out of range [0, {})", t, cf.vocab_size);
-  if (seq->length() + S > max_context_)
-    return out_of_range("sequence of {} tokens exceeds the context of {}", seq->length() + S, max_context_);
+  STRATA_RETURN_IF_ERROR(seq->check_call(tokens, cf.vocab_size, max_context_));
 
   STRATA_RETURN_IF_ERROR(seq->begin_call(tokens));
   Call c;

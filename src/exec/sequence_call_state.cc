@@ -1,6 +1,7 @@
 // SequenceCallState (see sequence_call_state.h).
 #include "exec/sequence_call_state.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/check.h"
@@ -19,6 +20,35 @@ SequenceCallState::~SequenceCallState() {
 }
 
 void SequenceCallState::adopt(std::unique_ptr<SequenceCache> owned) { owned_ = std::move(owned); }
+
+int64_t SequenceCallState::graph_bytes() const {
+  const StateGraph& g = cm_->graph();
+  return g.bytes_per_request_fixed() +
+         static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
+}
+
+void SequenceCallState::legacy_read_rows(const std::vector<float>& v, int64_t g0, int64_t n,
+                                         int64_t width, float* out) {
+  STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * width);
+  std::copy_n(&v[g0 * width], n * width, out);
+}
+
+void SequenceCallState::legacy_append_row(std::vector<float>& v, int64_t g, int64_t width,
+                                          const float* x) {
+  STRATA_CHECK(static_cast<int64_t>(v.size()) == g * width);
+  v.insert(v.end(), x, x + width);
+}
+
+Status SequenceCallState::check_call(std::span<const int32_t> tokens, int64_t vocab,
+                                     int64_t max_context) const {
+  const int64_t S = static_cast<int64_t>(tokens.size());
+  if (S == 0) return invalid_argument("forward: no tokens");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= vocab) return invalid_argument("token id {} out of range [0, {})", t, vocab);
+  if (length_ + S > max_context)
+    return out_of_range("sequence of {} tokens exceeds the context of {}", length_ + S, max_context);
+  return ok_status();
+}
 
 Status SequenceCallState::begin_call(std::span<const int32_t> tokens) {
   STRATA_CHECK_MSG(!in_call_, "sequence state: begin_call twice");

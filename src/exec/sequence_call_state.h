@@ -15,6 +15,8 @@
 #include <memory>
 #include <span>
 
+#include <vector>
+
 #include "base/status.h"
 
 namespace strata {
@@ -33,6 +35,10 @@ class SequenceCallState {
   int64_t cache_seq() const { return seq_; }
 
   int64_t length() const { return length_; }
+  // The checks both DeepSeek forwards make before a call: InvalidArgument for no tokens or a
+  // token id outside [0, vocab), OutOfRange when length + n exceeds max_context. Nothing
+  // changes.
+  Status check_call(std::span<const int32_t> tokens, int64_t vocab, int64_t max_context) const;
   // Reserves rows for positions [length, length + n) (owned cache); call once per forward.
   Status begin_call(std::span<const int32_t> tokens);
   // Ends the call and advances length by the call's tokens.
@@ -44,6 +50,14 @@ class SequenceCallState {
   ~SequenceCallState();
   // Takes ownership of the cache the state lives in (create()).
   void adopt(std::unique_ptr<SequenceCache> owned);
+  // State-module backends: bytes held at the current length (the graph's per-kind formulas:
+  // fixed per request + per token x length).
+  int64_t graph_bytes() const;
+  // Legacy f32 mirror of a growing kind (rows of `width` floats, appended in order): rows
+  // [g0, g0 + n) into out (CHECKs that they exist); row g appended (CHECKs that it is next).
+  static void legacy_read_rows(const std::vector<float>& v, int64_t g0, int64_t n,
+                               int64_t width, float* out);
+  static void legacy_append_row(std::vector<float>& v, int64_t g, int64_t width, const float* x);
 
   std::unique_ptr<SequenceCache> owned_;
   CacheManager* cm_ = nullptr;

@@ -30,7 +30,6 @@
 #include "base/scratch.h"
 #include "exec/selected_rows.h"
 #include "exec/v41_forward_ctx.h"
-#include "kernels/fp8_einsum.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -456,34 +455,9 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
 
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum; wo_a dequantized exactly),
   // then wo_b (FP8 GEMM).
-  const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
+  const int64_t G = config_.o_groups, R = config_.o_lora_rank;
   float* const u = s_u.get(S * G * R);
-  const V41Linear& woa = aw.wo_a;
-  if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
-    kernels::fp8_dequant_gemm_f64_grouped(o, S, H * hd, woa.packed->fp8, G, Dg, u, G * R,
-                                          pool_.get());
-  } else for (int64_t g = 0; g < G; ++g) {
-    std::vector<float> wrow(Dg);
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t n = g * R + r;
-      if (woa.kind == V41WeightKind::kFp8) {
-        const int64_t scols = (Dg + woa.block - 1) / woa.block;
-        const uint8_t* wr = woa.weight.data + n * Dg;
-        const uint8_t* sr = woa.scale.data + (n / woa.block) * scols;
-        for (int64_t k = 0; k < Dg; ++k)
-          wrow[k] = round_to_bf16(v41::e4m3_decode(wr[k]) * ue8m0_to_f32(sr[k / woa.block]));
-      } else {
-        const uint16_t* wr = woa.weight.u16() + n * Dg;
-        for (int64_t k = 0; k < Dg; ++k) wrow[k] = bf16_to_f32(wr[k]);
-      }
-      for (int64_t i = 0; i < S; ++i) {
-        const float* og = &o[i * H * hd + g * Dg];
-        double acc = 0.0;
-        for (int64_t k = 0; k < Dg; ++k) acc += static_cast<double>(og[k]) * wrow[k];
-        u[i * G * R + n] = round_to_bf16(static_cast<float>(acc));
-      }
-    }
-  }
+  v41::grouped_wo_a(o, S, H * hd, aw.wo_a, G, R, u, pool_.get());
   v41::linear(u, S, aw.wo_b, out, pool_.get());
   (void)D;
 }

@@ -14,6 +14,7 @@
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
 #include "kernels/cpu_features.h"
+#include "kernels/fp8_einsum.h"
 #include "kernels/matmul.h"
 #include "kernels/seq_gemm.h"
 #include "exec/v4_ops.h"
@@ -292,6 +293,36 @@ void linear_quant(const float* x, int64_t M, const V41Linear& w, float* y) {
 }
 
 }  // namespace
+
+void grouped_wo_a(const float* o, int64_t S, int64_t K, const V41Linear& woa, int64_t G,
+                  int64_t R, float* u, ThreadPool* pool) {
+  const int64_t Dg = K / G;
+  if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
+    kernels::fp8_dequant_gemm_f64_grouped(o, S, K, woa.packed->fp8, G, Dg, u, G * R, pool);
+    return;
+  }
+  std::vector<float> wrow(Dg);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t n = g * R + r;
+      if (woa.kind == V41WeightKind::kFp8) {
+        const int64_t scols = (Dg + woa.block - 1) / woa.block;
+        const uint8_t* wr = woa.weight.data + n * Dg;
+        const uint8_t* sr = woa.scale.data + (n / woa.block) * scols;
+        for (int64_t k = 0; k < Dg; ++k)
+          wrow[k] = round_to_bf16(e4m3_decode(wr[k]) * ue8m0_to_f32(sr[k / woa.block]));
+      } else {
+        const uint16_t* wr = woa.weight.u16() + n * Dg;
+        for (int64_t k = 0; k < Dg; ++k) wrow[k] = bf16_to_f32(wr[k]);
+      }
+      for (int64_t i = 0; i < S; ++i) {
+        const float* og = &o[i * K + g * Dg];
+        double acc = 0.0;
+        for (int64_t k = 0; k < Dg; ++k) acc += static_cast<double>(og[k]) * wrow[k];
+        u[i * G * R + n] = round_to_bf16(static_cast<float>(acc));
+      }
+    }
+}
 
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool) {
   if (w.packed) {

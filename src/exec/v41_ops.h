@@ -67,6 +67,14 @@ void qdq_fp4_e4m3(float* x, int64_t n, int block);
 // kernels/block_gemm.h and kernels/seq_gemm.h run it, split over output features on `pool`
 // (may be null); they use the same reduction order, so results are bit-identical.
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
+// The attention's grouped low-rank output projection (V4 and V4.1 Attention, einsum
+// "bsgd,grd->bsgr" over the bf16-dequantized wo_a, as convert.py prepares it): for each of
+// `groups` groups g, u[s, g*R + r] = bf16(f64 sum over k of o[s, g*Dg + k] * wo_a[g*R + r, k])
+// with Dg = K / groups and R = wo_a rows / groups. o: [S, K]; u: [S, wo_a rows]. FP8 weights
+// packed for the kernels (R % 8 == 0) run kernels::fp8_dequant_gemm_f64_grouped (same bits);
+// otherwise the scalar loop over FP8 or BF16 wo_a. Thread safety: pure.
+void grouped_wo_a(const float* o, int64_t S, int64_t K, const V41Linear& wo_a, int64_t groups,
+                  int64_t R, float* u, ThreadPool* pool = nullptr);
 // Points `job` at a packed FP8/FP4 weight and sets the activation block linear() quantizes
 // x in for it (FP8: the weight's block_k; FP4: 32); false (job untouched) when `p` is null
 // or the kind is BF16/F32.

@@ -82,35 +82,23 @@ void V41SequenceState::write_window_row(int layer, int64_t pos, const float* x) 
 void V41SequenceState::read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const {
   if (n <= 0) return;
   if (cm_) return cm_->read_compressed_rows(seq_, owner, g0, n, out);
-  const int64_t hd = config_->head_dim;
-  const auto& v = legacy_->layers[owner].compressed;
-  STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * hd);
-  std::copy_n(&v[g0 * hd], n * hd, out);
+  legacy_read_rows(legacy_->layers[owner].compressed, g0, n, config_->head_dim, out);
 }
 void V41SequenceState::write_compressed_row(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
   if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
-  const int64_t hd = config_->head_dim;
-  auto& v = legacy_->layers[owner].compressed;
-  STRATA_CHECK(static_cast<int64_t>(v.size()) == g * hd);
-  v.insert(v.end(), x, x + hd);
+  legacy_append_row(legacy_->layers[owner].compressed, g, config_->head_dim, x);
 }
 
 void V41SequenceState::read_index_keys(int owner, int64_t g0, int64_t n, float* out) const {
   if (n <= 0) return;
   if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
-  const int64_t id = config_->index_head_dim;
-  const auto& v = legacy_->layers[owner].index_keys;
-  STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * id);
-  std::copy_n(&v[g0 * id], n * id, out);
+  legacy_read_rows(legacy_->layers[owner].index_keys, g0, n, config_->index_head_dim, out);
 }
 void V41SequenceState::write_index_key(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
   if (cm_) return cm_->write_index_key(seq_, owner, g, x);
-  const int64_t id = config_->index_head_dim;
-  auto& v = legacy_->layers[owner].index_keys;
-  STRATA_CHECK(static_cast<int64_t>(v.size()) == g * id);
-  v.insert(v.end(), x, x + id);
+  legacy_append_row(legacy_->layers[owner].index_keys, g, config_->index_head_dim, x);
 }
 
 void V41SequenceState::get_compressor_state(int layer, float* kv, float* score) const {
@@ -151,11 +139,7 @@ void V41SequenceState::set_engram_history(const std::vector<int64_t>& hist) {
 }
 
 int64_t V41SequenceState::bytes() const {
-  if (cm_) {
-    const StateGraph& g = cm_->graph();
-    return g.bytes_per_request_fixed() +
-           static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
-  }
+  if (cm_) return graph_bytes();
   int64_t b = 0;
   for (const auto& l : legacy_->layers)
     b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size() +

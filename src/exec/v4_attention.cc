@@ -34,7 +34,6 @@
 #include "exec/selected_rows.h"
 #include "exec/v4_forward_call.h"
 #include "exec/v4_ops.h"
-#include "kernels/fp8_einsum.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -296,34 +295,9 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
 
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum over the bf16-dequantized
   // wo_a, as convert.py prepares it), then wo_b.
-  const int64_t G = config_.o_groups, R = config_.o_lora_rank, Dg = H * hd / G;
-  std::vector<float> u(S * G * R), wrow(Dg);
-  const V41Linear& woa = aw.wo_a;
-  if (woa.kind == V41WeightKind::kFp8 && woa.packed && R % 8 == 0) {
-    for (int64_t g = 0; g < G; ++g)  // the same f64 sum, FP8 decoded inside the kernel
-      kernels::fp8_dequant_gemm_f64(&o[g * Dg], S, H * hd, woa.packed->fp8, g * R, (g + 1) * R,
-                                    &u[g * R], G * R, pool_.get());
-  } else for (int64_t g = 0; g < G; ++g) {
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t n = g * R + r;
-      if (woa.kind == V41WeightKind::kFp8) {
-        const int64_t scols = (Dg + woa.block - 1) / woa.block;
-        const uint8_t* wr = woa.weight.data + n * Dg;
-        const uint8_t* sr = woa.scale.data + (n / woa.block) * scols;
-        for (int64_t k = 0; k < Dg; ++k)
-          wrow[k] = round_to_bf16(v41::e4m3_decode(wr[k]) * ue8m0_to_f32(sr[k / woa.block]));
-      } else {
-        const uint16_t* wr = woa.weight.u16() + n * Dg;
-        for (int64_t k = 0; k < Dg; ++k) wrow[k] = bf16_to_f32(wr[k]);
-      }
-      for (int64_t i = 0; i < S; ++i) {
-        const float* og = &o[i * H * hd + g * Dg];
-        double acc = 0.0;
-        for (int64_t k = 0; k < Dg; ++k) acc += static_cast<double>(og[k]) * wrow[k];
-        u[i * G * R + n] = round_to_bf16(static_cast<float>(acc));
-      }
-    }
-  }
+  const int64_t G = config_.o_groups, R = config_.o_lora_rank;
+  std::vector<float> u(S * G * R);
+  v41::grouped_wo_a(o.data(), S, H * hd, aw.wo_a, G, R, u.data(), pool_.get());
   v4::linear(u.data(), S, aw.wo_b, out, pool_.get());
 }
 

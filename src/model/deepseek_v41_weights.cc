@@ -2,6 +2,8 @@
 // module tree (Block / Attention / Compressor / Indexer / MoE / Engram / DSparkBlock).
 #include "model/deepseek_v41_weights.h"
 
+#include "model/deepseek_weight_loader.h"
+
 #include <algorithm>
 #include <set>
 
@@ -9,23 +11,15 @@
 
 namespace strata {
 
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-}  // namespace
 
-class V41WeightLoader {
+class V41WeightLoader : public DeepseekWeightLoader {
  public:
   V41WeightLoader(const SafetensorsCheckpoint& ckpt, DeepseekV41Weights* w)
-      : ckpt_(ckpt), w_(w) {}
+      : DeepseekWeightLoader(ckpt), w_(w) {}
 
   enum Group { kBackbone, kExperts, kEngram, kDraft };
   Group group = kBackbone;
 
-  StatusOr<TensorView> get(const std::string& name, DType dt, std::vector<int64_t> shape) {
-    STRATA_ASSIGN_OR_RETURN(TensorView v, ckpt_.get(name, dt, shape));
-    account(v);
-    return v;
-  }
   StatusOr<TensorView> get_optional(const std::string& name, DType dt,
                                     std::vector<int64_t> shape) {
     if (!ckpt_.has(name)) return TensorView{};
@@ -33,54 +27,13 @@ class V41WeightLoader {
   }
   bool has(const std::string& name) const { return ckpt_.has(name); }
 
-  // FP8 dense linear (`X.weight` F8_E4M3 + `X.scale`), or BF16 when the file stores it so.
-  StatusOr<V41Linear> fp8_linear(const std::string& base, int64_t out, int64_t in, int block) {
-    V41Linear l;
-    l.out = out;
-    l.in = in;
-    l.block = block;
-    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
-    if (probe.dtype == DType::kBF16) {
-      l.kind = V41WeightKind::kBf16;
-      STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
-      return l;
-    }
-    l.kind = V41WeightKind::kFp8;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kF8_E4M3, {out, in}));
-    STRATA_ASSIGN_OR_RETURN(
-        l.scale, get(base + ".scale", DType::kF8_E8M0, {ceil_div(out, block), ceil_div(in, block)}));
-    return l;
-  }
-  StatusOr<V41Linear> fp4_linear(const std::string& base, int64_t out, int64_t in) {
-    V41Linear l;
-    l.kind = V41WeightKind::kFp4;
-    l.out = out;
-    l.in = in;
-    l.block = 32;
-    if (in % 32 != 0) return failed_precondition("{}: FP4 in-features {} not a multiple of 32", base, in);
-    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
-    DType dt = probe.dtype == DType::kU8 ? DType::kU8 : DType::kI8;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", dt, {out, in / 2}));
-    STRATA_ASSIGN_OR_RETURN(l.scale, get(base + ".scale", DType::kF8_E8M0, {out, in / 32}));
-    return l;
-  }
-  StatusOr<V41Linear> bf16_linear(const std::string& base, int64_t out, int64_t in) {
-    V41Linear l;
-    l.kind = V41WeightKind::kBf16;
-    l.out = out;
-    l.in = in;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
-    return l;
-  }
-
   Status load_block(const DeepseekConfig& c, int layer_id, bool draft, V41BlockWeights* b);
 
   int64_t used() const { return static_cast<int64_t>(used_.size()); }
 
  private:
-  void account(const TensorView& v) {
-    if (!used_.insert(v.name).second) return;
-    int64_t n = static_cast<int64_t>(v.num_bytes);
+  void on_first_use(const TensorView& v) override {
+    const int64_t n = static_cast<int64_t>(v.num_bytes);
     switch (group) {
       case kBackbone: w_->bytes_backbone_ += n; break;
       case kExperts: w_->bytes_experts_ += n; break;
@@ -88,9 +41,7 @@ class V41WeightLoader {
       case kDraft: w_->bytes_draft_ += n; break;
     }
   }
-  const SafetensorsCheckpoint& ckpt_;
   DeepseekV41Weights* w_;
-  std::set<std::string> used_;
 };
 
 Status V41WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool draft,

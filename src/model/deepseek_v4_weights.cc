@@ -2,6 +2,8 @@
 // model.py module tree (Block / Attention / Compressor / Indexer / Gate / MoE / MTPBlock).
 #include "model/deepseek_v4_weights.h"
 
+#include "model/deepseek_weight_loader.h"
+
 #include <cstring>
 #include <set>
 
@@ -9,57 +11,11 @@
 
 namespace strata {
 
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-}  // namespace
 
-class V4WeightLoader {
+class V4WeightLoader : public DeepseekWeightLoader {
  public:
-  explicit V4WeightLoader(const SafetensorsCheckpoint& ckpt) : ckpt_(ckpt) {}
+  explicit V4WeightLoader(const SafetensorsCheckpoint& ckpt) : DeepseekWeightLoader(ckpt) {}
 
-  StatusOr<TensorView> get(const std::string& name, DType dt, std::vector<int64_t> shape) {
-    STRATA_ASSIGN_OR_RETURN(TensorView v, ckpt_.get(name, dt, shape));
-    used_.insert(name);
-    return v;
-  }
-  StatusOr<V41Linear> fp8_linear(const std::string& base, int64_t out, int64_t in, int block) {
-    V41Linear l;
-    l.out = out;
-    l.in = in;
-    l.block = block;
-    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
-    if (probe.dtype == DType::kBF16) {
-      l.kind = V41WeightKind::kBf16;
-      STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
-      return l;
-    }
-    l.kind = V41WeightKind::kFp8;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kF8_E4M3, {out, in}));
-    STRATA_ASSIGN_OR_RETURN(
-        l.scale, get(base + ".scale", DType::kF8_E8M0, {ceil_div(out, block), ceil_div(in, block)}));
-    return l;
-  }
-  StatusOr<V41Linear> fp4_linear(const std::string& base, int64_t out, int64_t in) {
-    V41Linear l;
-    l.kind = V41WeightKind::kFp4;
-    l.out = out;
-    l.in = in;
-    l.block = 32;
-    if (in % 32 != 0) return failed_precondition("{}: FP4 in-features {} not a multiple of 32", base, in);
-    STRATA_ASSIGN_OR_RETURN(TensorView probe, ckpt_.get(base + ".weight"));
-    DType dt = probe.dtype == DType::kU8 ? DType::kU8 : DType::kI8;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", dt, {out, in / 2}));
-    STRATA_ASSIGN_OR_RETURN(l.scale, get(base + ".scale", DType::kF8_E8M0, {out, in / 32}));
-    return l;
-  }
-  StatusOr<V41Linear> bf16_linear(const std::string& base, int64_t out, int64_t in) {
-    V41Linear l;
-    l.kind = V41WeightKind::kBf16;
-    l.out = out;
-    l.in = in;
-    STRATA_ASSIGN_OR_RETURN(l.weight, get(base + ".weight", DType::kBF16, {out, in}));
-    return l;
-  }
   Status compressor(const std::string& base, const DeepseekConfig& c, int ratio, int64_t width,
                     V4CompressorWeights* cw) {
     cw->present = true;
@@ -75,11 +31,6 @@ class V4WeightLoader {
   }
 
   Status load_block(const DeepseekConfig& c, int layer_id, bool mtp, V4BlockWeights* b);
-  int64_t used() const { return static_cast<int64_t>(used_.size()); }
-
- private:
-  const SafetensorsCheckpoint& ckpt_;
-  std::set<std::string> used_;
 };
 
 Status V4WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool mtp, V4BlockWeights* b) {
