@@ -11,7 +11,7 @@
 #include <iterator>
 #include <vector>
 
-#include "exec/llama_runner.h"
+#include "exec/llama/llama_runner.h"
 #include "model/llama2c_format.h"
 #include "model/llama_config.h"
 

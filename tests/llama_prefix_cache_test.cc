@@ -13,7 +13,7 @@
 
 #include <cstring>
 
-#include "exec/llama_runner.h"
+#include "exec/llama/llama_runner.h"
 #include "exec/runner_factory.h"
 
 namespace strata {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/deepseek_v4_runner.h"
+#include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/runner_factory.h"
 #include "sched/engine.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/generate.h"
-#include "exec/llama_runner.h"
+#include "exec/llama/llama_runner.h"
 #include "exec/runner_factory.h"
 #include "kernels/cpu_features.h"
 #include "model/tokenizer.h"

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 namespace strata {
 namespace {

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/deepseek_v41_model.h"
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/golden_validator.h"
 #include "model/dtype.h"
 #include "model/engram_hash.h"

@@ -18,7 +18,7 @@
 #include <filesystem>
 
 #include "base/check.h"
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "kernels/cpu_features.h"
 #include "deepseek_ab_run.h"
 #include "model/v41_random_checkpoint.h"

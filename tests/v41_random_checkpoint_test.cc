@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/runner_factory.h"
 #include "model/dtype.h"
 #include "model/safetensors.h"

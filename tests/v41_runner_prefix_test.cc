@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 namespace strata {
 namespace {

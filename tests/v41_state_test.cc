@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/golden_validator.h"
 #include "state/cache_manager.h"
 #include "state/state_graph.h"

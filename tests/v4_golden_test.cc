@@ -17,8 +17,8 @@
 #include <fstream>
 #include <map>
 
-#include "exec/deepseek_v4_model.h"
-#include "exec/deepseek_v4_runner.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
 #include "exec/runner_factory.h"
 #include "model/dtype.h"

@@ -16,7 +16,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 #include "kernels/cpu_features.h"
 #include "deepseek_ab_run.h"
 

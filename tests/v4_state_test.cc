@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 #include "model/safetensors.h"
 #include "state/cache_manager.h"
 #include "state/state_graph.h"

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
-#include "exec/v41_sequence_state.h"
-#include "exec/v4_sequence_state.h"
+#include "exec/deepseek_v41/v41_sequence_state.h"
+#include "exec/deepseek_v4/v4_sequence_state.h"
 
 namespace strata {
 

@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/deepseek_v41_model.h"
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 #include "exec/model_runner.h"
 #include "exec/v41_shared_cache.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/runner_factory.h"
 
 namespace strata {

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/deepseek_v41_runner.h"
-#include "exec/deepseek_v4_runner.h"
-#include "exec/llama_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
+#include "exec/deepseek_v4/deepseek_v4_runner.h"
+#include "exec/llama/llama_runner.h"
 
 namespace strata {
 

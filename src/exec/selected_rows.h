@@ -1,7 +1,7 @@
 // SelectedRows: the compressed-KV rows a call's top-k lists select, each decoded once into a
 // compact buffer (memory and decode work O(selected rows), not O(context): a decode step at a
 // long context selects at most index_topk of them). Used by the V4.1 and V4 attention
-// (exec/v41_attention.cc, exec/v4_attention.cc).
+// (exec/deepseek_v41/v41_attention.cc, exec/deepseek_v4/v4_attention.cc).
 // Thread safety: a plain value; read-only after gather().
 #pragma once
 

@@ -1,7 +1,7 @@
 // FP8 weight times activations with an f64 accumulator, for the grouped low-rank output
 // projection of DeepSeek-V4.1 (wo_a): the reference dequantizes wo_a to bf16 at load (each
 // value e4m3 × UE8M0 block scale, exact in bf16) and runs a bf16 einsum; Strata keeps the
-// FP8 bytes and dequantizes inside the kernel (exec/v41_attention.cc; spec §2.6,
+// FP8 bytes and dequantizes inside the kernel (exec/deepseek_v41/v41_attention.cc; spec §2.6,
 // inference/model.py Attention.forward "wo_a").
 //
 // For rows n in [n_begin, n_end) of the packed weight W [N, K] and every activation row m:

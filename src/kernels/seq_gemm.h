@@ -4,7 +4,7 @@
 // in fp32, i.e. the per-element order of a BLAS sgemm micro-kernel, which is how torch's
 // CPU F.linear (weights promoted to fp32) reaches the DeepSeek reference's results
 // (inference/model.py: compressor wkv/wgate at ratio > 1, the MoE gate, the LM head, the
-// mHC mixes; exec/v41_ops.h linear_f32 is the scalar statement of the same order).
+// mHC mixes; exec/deepseek_v41/v41_ops.h linear_f32 is the scalar statement of the same order).
 //
 // Layout: the weight is repacked once (e.g. at model load) into tiles of 8 rows, grouped in
 // blocks of 8 tiles (64 rows) stored [K][tiles in the block][8] (the last block may hold

@@ -11,7 +11,7 @@
 // copied to f32. Any other dtype, a missing tensor or a shape that disagrees with the
 // config is an error naming the tensor and file.
 //
-// The forward pass lives in exec/llama_runner (it needs the KV cache); this type only owns
+// The forward pass lives in exec/llama/llama_runner (it needs the KV cache); this type only owns
 // the weights. Thread safety: immutable after load; share freely between threads.
 #pragma once
 

@@ -15,7 +15,7 @@
 #include "base/huge_pages.h"
 #include "base/phase_profile.h"
 #include "base/thread_pool.h"
-#include "exec/llama_runner.h"
+#include "exec/llama/llama_runner.h"
 #include "exec/runner_factory.h"
 #include "exec/sampler.h"
 #include "kernels/cpu_features.h"

@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "exec/deepseek_v41_runner.h"
-#include "exec/deepseek_v4_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
+#include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
 #include "tools/command_registry.h"
 

@@ -1,6 +1,6 @@
-// Tests for exec/v41_ops.h index_dots, sparse_attn_head and linear_batch: vector paths against test-local
+// Tests for exec/deepseek_v41/v41_ops.h index_dots, sparse_attn_head and linear_batch: vector paths against test-local
 // scalar loops written from the documented order (bit-exact), across ISAs.
-#include "exec/v41_ops.h"
+#include "exec/deepseek_v41/v41_ops.h"
 
 #include <cmath>
 #include <cstring>

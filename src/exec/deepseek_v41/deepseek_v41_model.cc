@@ -1,7 +1,7 @@
 // DeepseekV41Model: load, top-level forward, mHC, Engram, MoE. Attention lives in
 // v41_attention.cc. Reference: model.py Transformer / Block / Engram / Gate / Expert / MoE,
 // kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 
 #include <immintrin.h>
 
@@ -15,8 +15,8 @@
 #include "base/phase_profile.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
-#include "exec/v41_forward_ctx.h"
-#include "exec/v41_simd.h"
+#include "exec/deepseek_v41/v41_forward_ctx.h"
+#include "exec/deepseek_v41/v41_simd.h"
 #include "kernels/block_gemm.h"
 #include "kernels/cpu_features.h"
 #include "model/dtype.h"

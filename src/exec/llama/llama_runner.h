@@ -10,7 +10,7 @@
 // 0..pos). All kernels are batch- and thread-count-invariant, so a token's logits are
 // bit-identical whether it is decoded alone, in a batch or inside a prefill chunk.
 // KV lives in the state graph's CacheManager (plain_kv owner per layer) through
-// LlamaKvState (exec/llama_kv_state.h), read in place by the attention kernels; the prefix
+// LlamaKvState (exec/llama/llama_kv_state.h), read in place by the attention kernels; the prefix
 // cache shares full blocks of `prefix_alignment()` tokens between requests (refcounted).
 //
 // Errors: step() validates everything (unknown/duplicate sequence, empty item, token id out
@@ -25,7 +25,7 @@
 
 #include "base/thread_pool.h"
 #include "exec/model_runner.h"
-#include "exec/llama_kv_state.h"
+#include "exec/llama/llama_kv_state.h"
 #include "exec/runner_factory.h"
 #include "model/llama_model.h"
 

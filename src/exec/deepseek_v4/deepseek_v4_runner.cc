@@ -1,9 +1,9 @@
 // DeepseekV4Runner and DeepseekV4GoldenTarget; see deepseek_v4_runner.h.
-#include "exec/deepseek_v4_runner.h"
+#include "exec/deepseek_v4/deepseek_v4_runner.h"
 
 #include <filesystem>
 
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 namespace strata {
 

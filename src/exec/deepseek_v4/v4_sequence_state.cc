@@ -1,5 +1,5 @@
 // V4SequenceState; see v4_sequence_state.h.
-#include "exec/v4_sequence_state.h"
+#include "exec/deepseek_v4/v4_sequence_state.h"
 
 #include <algorithm>
 

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "exec/deepseek_cache_runner.h"
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/golden_validator.h"
 #include "exec/model_runner.h"
 #include "exec/v41_shared_cache.h"

@@ -1,5 +1,5 @@
 // V4.1 primitives; see v41_ops.h for the contract and sources.
-#include "exec/v41_ops.h"
+#include "exec/deepseek_v41/v41_ops.h"
 
 #include <immintrin.h>
 
@@ -17,8 +17,8 @@
 #include "kernels/fp8_einsum.h"
 #include "kernels/matmul.h"
 #include "kernels/seq_gemm.h"
-#include "exec/v4_ops.h"
-#include "exec/v41_simd.h"
+#include "exec/deepseek_v4/v4_ops.h"
+#include "exec/deepseek_v41/v41_simd.h"
 #include "model/dtype.h"
 
 // Scalar code using std::fma: an FMA-ISA clone (inline vfmadd instead of a libm call) picked

@@ -1,4 +1,4 @@
-// DeepSeek-V4 forward primitives that differ from V4.1's (exec/v41_ops.h is reused for the
+// DeepSeek-V4 forward primitives that differ from V4.1's (exec/deepseek_v41/v41_ops.h is reused for the
 // rest: RMSNorm, RoPE/YaRN tables, sparse attention, SLEEF exp, torch sum / topk orders,
 // FP8/FP4 QDQ, hc_split_sinkhorn).
 //
@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "exec/v41_ops.h"
+#include "exec/deepseek_v41/v41_ops.h"
 #include "model/deepseek_v41_weights.h"
 
 namespace strata::v4 {

@@ -29,7 +29,7 @@
 #include "base/phase_profile.h"
 #include "base/scratch.h"
 #include "exec/selected_rows.h"
-#include "exec/v41_forward_ctx.h"
+#include "exec/deepseek_v41/v41_forward_ctx.h"
 #include "model/dtype.h"
 
 namespace strata {

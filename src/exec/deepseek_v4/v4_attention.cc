@@ -32,8 +32,8 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "exec/selected_rows.h"
-#include "exec/v4_forward_call.h"
-#include "exec/v4_ops.h"
+#include "exec/deepseek_v4/v4_forward_call.h"
+#include "exec/deepseek_v4/v4_ops.h"
 #include "model/dtype.h"
 
 namespace strata {

@@ -30,7 +30,7 @@
 // Not counted: activations, per-step scratch, the top-k / candidate transients, state writes.
 #include <algorithm>
 
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // V4 primitives; see v4_ops.h for the contract and sources.
-#include "exec/v4_ops.h"
+#include "exec/deepseek_v4/v4_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "exec/v41_ops.h"
+#include "exec/deepseek_v41/v41_ops.h"
 #include "kernels/block_gemm.h"
 #include "kernels/seq_gemm.h"
 #include "model/dtype.h"

@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "exec/deepseek_v41_model.h"
-#include "exec/v41_ops.h"
-#include "exec/v4_sequence_state.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
+#include "exec/deepseek_v41/v41_ops.h"
+#include "exec/deepseek_v4/v4_sequence_state.h"
 #include "model/deepseek_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/safetensors.h"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "exec/deepseek_v41_model.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
 
 namespace strata {
 

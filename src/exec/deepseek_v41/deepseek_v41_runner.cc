@@ -1,8 +1,8 @@
 // DeepseekV41Runner and DeepseekV41GoldenTarget; see deepseek_v41_runner.h.
-#include "exec/deepseek_v41_runner.h"
+#include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 #include "base/check.h"
-#include "exec/v41_sequence_state.h"
+#include "exec/deepseek_v41/v41_sequence_state.h"
 #include "model/engram_hash.h"
 #include "model/tokenizer.h"
 

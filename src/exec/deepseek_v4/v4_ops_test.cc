@@ -1,5 +1,5 @@
-// Unit tests of the V4 primitives (exec/v4_ops.h) against hand-derived values.
-#include "exec/v4_ops.h"
+// Unit tests of the V4 primitives (exec/deepseek_v4/v4_ops.h) against hand-derived values.
+#include "exec/deepseek_v4/v4_ops.h"
 
 #include <gtest/gtest.h>
 

@@ -18,8 +18,8 @@
 #include "base/phase_profile.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
-#include "exec/deepseek_v41_model.h"
-#include "exec/v41_forward_ctx.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
+#include "exec/deepseek_v41/v41_forward_ctx.h"
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
 

@@ -1,4 +1,4 @@
-#include "exec/llama_kv_state.h"
+#include "exec/llama/llama_kv_state.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // DeepseekV4Model: load, top-level forward, mHC per sublayer, hc_head, MoE with hash routing.
 // Attention lives in v4_attention.cc. Reference: V4-Flash model.py Transformer / Block /
 // ParallelHead / Gate / Expert / MoE; spec §2.0, §2.7, §2.8.
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
-#include "exec/v4_forward_call.h"
-#include "exec/v4_ops.h"
+#include "exec/deepseek_v4/v4_forward_call.h"
+#include "exec/deepseek_v4/v4_ops.h"
 #include "model/dtype.h"
 
 namespace strata {

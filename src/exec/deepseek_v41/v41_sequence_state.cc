@@ -1,5 +1,5 @@
 // V41SequenceState; see v41_sequence_state.h.
-#include "exec/v41_sequence_state.h"
+#include "exec/deepseek_v41/v41_sequence_state.h"
 
 #include <algorithm>
 #include <limits>

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "exec/deepseek_cache_runner.h"
-#include "exec/deepseek_v4_model.h"
+#include "exec/deepseek_v4/deepseek_v4_model.h"
 #include "exec/golden_validator.h"
 #include "exec/model_runner.h"
 

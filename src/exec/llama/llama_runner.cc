@@ -1,4 +1,4 @@
-#include "exec/llama_runner.h"
+#include "exec/llama/llama_runner.h"
 
 #include <algorithm>
 #include <filesystem>
