@@ -27,16 +27,58 @@ int64_t SequenceCallState::graph_bytes() const {
          static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
 }
 
-void SequenceCallState::legacy_read_rows(const std::vector<float>& v, int64_t g0, int64_t n,
-                                         int64_t width, float* out) {
+namespace {
+void read_rows(const std::vector<float>& v, int64_t g0, int64_t n, int64_t width, float* out) {
   STRATA_CHECK(static_cast<int64_t>(v.size()) >= (g0 + n) * width);
   std::copy_n(&v[g0 * width], n * width, out);
 }
-
-void SequenceCallState::legacy_append_row(std::vector<float>& v, int64_t g, int64_t width,
-                                          const float* x) {
+void append_row(std::vector<float>& v, int64_t g, int64_t width, const float* x) {
   STRATA_CHECK(static_cast<int64_t>(v.size()) == g * width);
   v.insert(v.end(), x, x + width);
+}
+}  // namespace
+
+void SequenceCallState::init_legacy_rows(int n_layers, int64_t head_dim, int64_t index_head_dim,
+                                         int64_t window) {
+  head_dim_ = head_dim;
+  index_head_dim_ = index_head_dim;
+  window_ = window;
+  legacy_rows_.assign(static_cast<size_t>(n_layers), LegacyRows{});
+  for (LegacyRows& l : legacy_rows_) l.window.assign(static_cast<size_t>(window * head_dim), 0.0f);
+}
+
+int64_t SequenceCallState::legacy_row_bytes() const {
+  int64_t b = 0;
+  for (const LegacyRows& l : legacy_rows_)
+    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size()) * 4;
+  return b;
+}
+
+void SequenceCallState::window_row_get(int layer, int64_t pos, float* out) const {
+  if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
+  std::copy_n(&legacy_rows_[layer].window[(pos % window_) * head_dim_], head_dim_, out);
+}
+void SequenceCallState::window_row_put(int layer, int64_t pos, const float* x) {
+  if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
+  std::copy_n(x, head_dim_, &legacy_rows_[layer].window[(pos % window_) * head_dim_]);
+}
+void SequenceCallState::compressed_rows_get(int owner, int64_t g0, int64_t n, float* out) const {
+  if (n <= 0) return;
+  if (cm_) return cm_->read_compressed_rows(seq_, owner, g0, n, out);
+  read_rows(legacy_rows_[owner].compressed, g0, n, head_dim_, out);
+}
+void SequenceCallState::compressed_row_put(int owner, int64_t g, const float* x) {
+  if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
+  append_row(legacy_rows_[owner].compressed, g, head_dim_, x);
+}
+void SequenceCallState::index_keys_get(int owner, int64_t g0, int64_t n, float* out) const {
+  if (n <= 0) return;
+  if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
+  read_rows(legacy_rows_[owner].index_keys, g0, n, index_head_dim_, out);
+}
+void SequenceCallState::index_key_put(int owner, int64_t g, const float* x) {
+  if (cm_) return cm_->write_index_key(seq_, owner, g, x);
+  append_row(legacy_rows_[owner].index_keys, g, index_head_dim_, x);
 }
 
 Status SequenceCallState::check_call(std::span<const int32_t> tokens, int64_t vocab,

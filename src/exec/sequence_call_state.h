@@ -53,17 +53,34 @@ class SequenceCallState {
   // State-module backends: bytes held at the current length (the graph's per-kind formulas:
   // fixed per request + per token x length).
   int64_t graph_bytes() const;
-  // Legacy f32 mirror of a growing kind (rows of `width` floats, appended in order): rows
-  // [g0, g0 + n) into out (CHECKs that they exist); row g appended (CHECKs that it is next).
-  static void legacy_read_rows(const std::vector<float>& v, int64_t g0, int64_t n,
-                               int64_t width, float* out);
-  static void legacy_append_row(std::vector<float>& v, int64_t g, int64_t width, const float* x);
+  // The row kinds both DeepSeek adapters store alike: the window ring of `layer` (head_dim
+  // rows, slot pos mod window) and the growing compressed-KV (head_dim) / index-key
+  // (index_head_dim) rows of an owner layer; through the CacheManager on the state-module
+  // backends, else in the legacy f32 mirror below (rows appended in order; reads CHECK that
+  // the rows exist, appends that the row is the next one).
+  void window_row_get(int layer, int64_t pos, float* out) const;
+  void window_row_put(int layer, int64_t pos, const float* x);
+  void compressed_rows_get(int owner, int64_t g0, int64_t n, float* out) const;
+  void compressed_row_put(int owner, int64_t g, const float* x);
+  void index_keys_get(int owner, int64_t g0, int64_t n, float* out) const;
+  void index_key_put(int owner, int64_t g, const float* x);
+  // Legacy backend: allocates the mirror (zero rings) for n_layers layers.
+  void init_legacy_rows(int n_layers, int64_t head_dim, int64_t index_head_dim, int64_t window);
+  // Legacy backend: bytes of the mirror's rows.
+  int64_t legacy_row_bytes() const;
 
   std::unique_ptr<SequenceCache> owned_;
   CacheManager* cm_ = nullptr;
   int64_t seq_ = 0;
   bool in_call_ = false;
   int64_t length_ = 0;
+
+ private:
+  struct LegacyRows {
+    std::vector<float> window, compressed, index_keys;
+  };
+  std::vector<LegacyRows> legacy_rows_;
+  int64_t head_dim_ = 0, index_head_dim_ = 0, window_ = 0;
 };
 
 }  // namespace strata

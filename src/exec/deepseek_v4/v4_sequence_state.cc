@@ -13,8 +13,8 @@ namespace strata {
 // The pre-port f32 mirror (reference form), kept for A/B checks.
 struct V4SequenceState::Legacy {
   struct Layer {
-    std::vector<float> window, compressed, index_keys;
-    V4CompressorState comp, index;  // kv / score only (rows live in compressed / index_keys)
+    // kv / score only (the rows live in SequenceCallState's row store)
+    V4CompressorState comp, index;
   };
   std::vector<Layer> layers;
 };
@@ -22,10 +22,10 @@ struct V4SequenceState::Legacy {
 V4SequenceState::V4SequenceState(const DeepseekConfig& c)
     : config_(&c), legacy_(std::make_unique<Legacy>()) {
   legacy_->layers.assign(c.n_layers, Legacy::Layer{});
+  init_legacy_rows(c.n_layers, c.head_dim, c.index_head_dim, c.window_size);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerSchedule& ls = c.layers[l];
     Legacy::Layer& s = legacy_->layers[l];
-    s.window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
     if (ls.ratio > 0) s.comp.init(ls.ratio, ls.overlap_compressor, c.head_dim);
     if (ls.has_indexer) s.index.init(ls.ratio, ls.overlap_compressor, c.index_head_dim);
   }
@@ -47,34 +47,22 @@ V4SequenceState::V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int6
 V4SequenceState::~V4SequenceState() = default;
 
 void V4SequenceState::read_window_row(int layer, int64_t pos, float* out) const {
-  if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
-  const int64_t hd = config_->head_dim;
-  std::copy_n(&legacy_->layers[layer].window[(pos % config_->window_size) * hd], hd, out);
+  window_row_get(layer, pos, out);
 }
 void V4SequenceState::write_window_row(int layer, int64_t pos, const float* x) {
-  if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
-  const int64_t hd = config_->head_dim;
-  std::copy_n(x, hd, &legacy_->layers[layer].window[(pos % config_->window_size) * hd]);
+  window_row_put(layer, pos, x);
 }
-
 void V4SequenceState::read_compressed_rows(int layer, int64_t g0, int64_t n, float* out) const {
-  if (n <= 0) return;
-  if (cm_) return cm_->read_compressed_rows(seq_, layer, g0, n, out);
-  legacy_read_rows(legacy_->layers[layer].compressed, g0, n, config_->head_dim, out);
+  compressed_rows_get(layer, g0, n, out);
 }
 void V4SequenceState::write_compressed_row(int layer, int64_t g, const float* x) {
-  if (cm_) return cm_->write_compressed_row(seq_, layer, g, x);
-  legacy_append_row(legacy_->layers[layer].compressed, g, config_->head_dim, x);
+  compressed_row_put(layer, g, x);
 }
-
 void V4SequenceState::read_index_keys(int layer, int64_t g0, int64_t n, float* out) const {
-  if (n <= 0) return;
-  if (cm_) return cm_->read_index_keys(seq_, layer, g0, n, out);
-  legacy_read_rows(legacy_->layers[layer].index_keys, g0, n, config_->index_head_dim, out);
+  index_keys_get(layer, g0, n, out);
 }
 void V4SequenceState::write_index_key(int layer, int64_t g, const float* x) {
-  if (cm_) return cm_->write_index_key(seq_, layer, g, x);
-  legacy_append_row(legacy_->layers[layer].index_keys, g, config_->index_head_dim, x);
+  index_key_put(layer, g, x);
 }
 
 void V4SequenceState::load_compressor(int layer, bool index, V4CompressorState* st) const {
@@ -97,10 +85,9 @@ void V4SequenceState::store_compressor(int layer, bool index, const V4Compressor
 
 int64_t V4SequenceState::bytes() const {
   if (cm_) return graph_bytes();
-  int64_t b = 0;
+  int64_t b = legacy_row_bytes();
   for (const auto& l : legacy_->layers)
-    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size() +
-                              l.comp.kv.size() + l.comp.score.size() + l.index.kv.size() +
+    b += static_cast<int64_t>(l.comp.kv.size() + l.comp.score.size() + l.index.kv.size() +
                               l.index.score.size()) * 4;
   return b;
 }

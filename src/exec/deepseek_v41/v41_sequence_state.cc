@@ -18,7 +18,7 @@ constexpr int32_t kBeforeStart = -2;  // state module's Engram "before start" ma
 // The pre-port f32 mirror (reference form), kept for A/B checks.
 struct V41SequenceState::Legacy {
   struct Layer {
-    std::vector<float> window, compressed, index_keys, comp_kv, comp_score;
+    std::vector<float> comp_kv, comp_score;  // rows: SequenceCallState's row store
   };
   std::vector<Layer> layers;
   std::vector<int64_t> engram_history;
@@ -27,10 +27,10 @@ struct V41SequenceState::Legacy {
 V41SequenceState::V41SequenceState(const DeepseekConfig& c)
     : config_(&c), legacy_(std::make_unique<Legacy>()) {
   legacy_->layers.assign(c.n_layers, Legacy::Layer{});
+  init_legacy_rows(c.n_layers, c.head_dim, c.index_head_dim, c.window_size);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerSchedule& ls = c.layers[l];
     Legacy::Layer& s = legacy_->layers[l];
-    s.window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
     if (ls.has_compressor && ls.ratio > 1) {
       s.comp_kv.assign(static_cast<size_t>(ls.ratio) * c.head_dim, 0.0f);
       s.comp_score.assign(static_cast<size_t>(ls.ratio) * c.head_dim,
@@ -60,10 +60,7 @@ void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const
     std::fill_n(out, config_->head_dim, 0.0f);
     return;
   }
-  if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
-  const int64_t hd = config_->head_dim;
-  const float* r = &legacy_->layers[layer].window[(pos % config_->window_size) * hd];
-  std::copy_n(r, hd, out);
+  window_row_get(layer, pos, out);
 }
 void V41SequenceState::read_window_rows(int layer, int64_t pos0, int64_t n, float* out) const {
   const int64_t hd = config_->head_dim;
@@ -74,31 +71,23 @@ void V41SequenceState::read_window_rows(int layer, int64_t pos0, int64_t n, floa
   for (int64_t i = fresh; i < n; ++i) read_window_row(layer, pos0 + i, out + i * hd);
 }
 void V41SequenceState::write_window_row(int layer, int64_t pos, const float* x) {
-  if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
-  const int64_t hd = config_->head_dim;
-  std::copy_n(x, hd, &legacy_->layers[layer].window[(pos % config_->window_size) * hd]);
+  window_row_put(layer, pos, x);
 }
 
 void V41SequenceState::read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const {
-  if (n <= 0) return;
-  if (cm_) return cm_->read_compressed_rows(seq_, owner, g0, n, out);
-  legacy_read_rows(legacy_->layers[owner].compressed, g0, n, config_->head_dim, out);
+  compressed_rows_get(owner, g0, n, out);
 }
 void V41SequenceState::write_compressed_row(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
-  if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
-  legacy_append_row(legacy_->layers[owner].compressed, g, config_->head_dim, x);
+  compressed_row_put(owner, g, x);
 }
 
 void V41SequenceState::read_index_keys(int owner, int64_t g0, int64_t n, float* out) const {
-  if (n <= 0) return;
-  if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
-  legacy_read_rows(legacy_->layers[owner].index_keys, g0, n, config_->index_head_dim, out);
+  index_keys_get(owner, g0, n, out);
 }
 void V41SequenceState::write_index_key(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
-  if (cm_) return cm_->write_index_key(seq_, owner, g, x);
-  legacy_append_row(legacy_->layers[owner].index_keys, g, config_->index_head_dim, x);
+  index_key_put(owner, g, x);
 }
 
 void V41SequenceState::get_compressor_state(int layer, float* kv, float* score) const {
@@ -140,10 +129,9 @@ void V41SequenceState::set_engram_history(const std::vector<int64_t>& hist) {
 
 int64_t V41SequenceState::bytes() const {
   if (cm_) return graph_bytes();
-  int64_t b = 0;
+  int64_t b = legacy_row_bytes();
   for (const auto& l : legacy_->layers)
-    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size() +
-                              l.comp_kv.size() + l.comp_score.size()) * 4;
+    b += static_cast<int64_t>(l.comp_kv.size() + l.comp_score.size()) * 4;
   return b;
 }
 
