@@ -38,32 +38,13 @@ Status V4WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool mt
   b->layer_id = layer_id;
   b->prefix = mtp ? fmt::format("mtp.{}.", layer_id - c.n_layers) : fmt::format("layers.{}.", layer_id);
   const std::string& p = b->prefix;
-  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int64_t D = c.dim, hc = c.hc_mult;
   const int blk = c.weight_block_size > 0 ? c.weight_block_size : 128;
 
-  STRATA_ASSIGN_OR_RETURN(b->attn_norm, get(p + "attn_norm.weight", DType::kBF16, {D}));
-  STRATA_ASSIGN_OR_RETURN(b->ffn_norm, get(p + "ffn_norm.weight", DType::kBF16, {D}));
-  auto load_mhc = [&](const std::string& n, V41MhcWeights* m) -> Status {
-    STRATA_ASSIGN_OR_RETURN(m->fn, get(p + n + "_fn", DType::kF32, {mix, hc * D}));
-    STRATA_ASSIGN_OR_RETURN(m->base, get(p + n + "_base", DType::kF32, {mix}));
-    STRATA_ASSIGN_OR_RETURN(m->scale, get(p + n + "_scale", DType::kF32, {3}));
-    return ok_status();
-  };
-  STRATA_RETURN_IF_ERROR(load_mhc("hc_attn", &b->hc_attn));
-  STRATA_RETURN_IF_ERROR(load_mhc("hc_ffn", &b->hc_ffn));
-
-  const int64_t H = c.n_heads, hd = c.head_dim, ql = c.q_lora_rank;
+  STRATA_RETURN_IF_ERROR(load_block_core(c, p, blk, b));
+  const int64_t hd = c.head_dim, ql = c.q_lora_rank;
   const std::string a = p + "attn.";
   V4AttentionWeights& at = b->attn;
-  STRATA_ASSIGN_OR_RETURN(at.attn_sink, get(a + "attn_sink", DType::kF32, {H}));
-  STRATA_ASSIGN_OR_RETURN(at.wq_a, fp8_linear(a + "wq_a", ql, D, blk));
-  STRATA_ASSIGN_OR_RETURN(at.q_norm, get(a + "q_norm.weight", DType::kBF16, {ql}));
-  STRATA_ASSIGN_OR_RETURN(at.wq_b, fp8_linear(a + "wq_b", H * hd, ql, blk));
-  STRATA_ASSIGN_OR_RETURN(at.wkv, fp8_linear(a + "wkv", hd, D, blk));
-  STRATA_ASSIGN_OR_RETURN(at.kv_norm, get(a + "kv_norm.weight", DType::kBF16, {hd}));
-  STRATA_ASSIGN_OR_RETURN(at.wo_a, fp8_linear(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
-                                              H * hd / c.o_groups, blk));
-  STRATA_ASSIGN_OR_RETURN(at.wo_b, fp8_linear(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank, blk));
   if (ls.ratio > 0) {
     STRATA_RETURN_IF_ERROR(compressor(a + "compressor.", c, ls.ratio, hd, &at.compressor));
   }

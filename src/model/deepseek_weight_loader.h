@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "model/deepseek_config.h"
 #include "model/deepseek_v41_weights.h"
 #include "model/safetensors.h"
 
@@ -71,6 +73,37 @@ class DeepseekWeightLoader {
   }
   // Distinct tensors read so far.
   int64_t used() const { return static_cast<int64_t>(used_.size()); }
+
+  // What every V4 / V4.1 block has alike under prefix `p` ("layers.N." / "mtp.N."): the two
+  // norms, the attention and FFN mHC mixes (`hc_{attn,ffn}_{fn,base,scale}` F32
+  // [(2+hc)·hc, hc·dim], [(2+hc)·hc], [3]) and the attention's core (attn_sink F32 [H];
+  // wq_a, wq_b, wkv, wo_a, wo_b FP8 with `blk` blocks; q_norm, kv_norm BF16). Block: a
+  // V41BlockWeights or V4BlockWeights (same field names).
+  template <class Block>
+  Status load_block_core(const DeepseekConfig& c, const std::string& p, int blk, Block* b) {
+    const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+    STRATA_ASSIGN_OR_RETURN(b->attn_norm, get(p + "attn_norm.weight", DType::kBF16, {D}));
+    STRATA_ASSIGN_OR_RETURN(b->ffn_norm, get(p + "ffn_norm.weight", DType::kBF16, {D}));
+    for (auto [n, m] : {std::pair{"hc_attn", &b->hc_attn}, std::pair{"hc_ffn", &b->hc_ffn}}) {
+      const std::string q = p + n;
+      STRATA_ASSIGN_OR_RETURN(m->fn, get(q + "_fn", DType::kF32, {mix, hc * D}));
+      STRATA_ASSIGN_OR_RETURN(m->base, get(q + "_base", DType::kF32, {mix}));
+      STRATA_ASSIGN_OR_RETURN(m->scale, get(q + "_scale", DType::kF32, {3}));
+    }
+    const int64_t H = c.n_heads, hd = c.head_dim, ql = c.q_lora_rank;
+    const int64_t lo = int64_t{c.o_groups} * c.o_lora_rank;
+    const std::string a = p + "attn.";
+    auto& at = b->attn;
+    STRATA_ASSIGN_OR_RETURN(at.attn_sink, get(a + "attn_sink", DType::kF32, {H}));
+    STRATA_ASSIGN_OR_RETURN(at.wq_a, fp8_linear(a + "wq_a", ql, D, blk));
+    STRATA_ASSIGN_OR_RETURN(at.q_norm, get(a + "q_norm.weight", DType::kBF16, {ql}));
+    STRATA_ASSIGN_OR_RETURN(at.wq_b, fp8_linear(a + "wq_b", H * hd, ql, blk));
+    STRATA_ASSIGN_OR_RETURN(at.wkv, fp8_linear(a + "wkv", hd, D, blk));
+    STRATA_ASSIGN_OR_RETURN(at.kv_norm, get(a + "kv_norm.weight", DType::kBF16, {hd}));
+    STRATA_ASSIGN_OR_RETURN(at.wo_a, fp8_linear(a + "wo_a", lo, H * hd / c.o_groups, blk));
+    STRATA_ASSIGN_OR_RETURN(at.wo_b, fp8_linear(a + "wo_b", D, lo, blk));
+    return ok_status();
+  }
 
  protected:
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
