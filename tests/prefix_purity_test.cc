@@ -67,6 +67,7 @@ GenerationParams greedy(int64_t max_tokens) {
 
 // Drives `engine` until every stream has finished; `before_step(k)` may submit or cancel.
 struct Driver {
+  explicit Driver(Engine* e) : engine(e) {}
   Engine* engine;
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::map<RequestId, Output> out;
@@ -171,7 +172,9 @@ void prefix_grid(const std::string& model) {
     EXPECT_EQ(o.reason, FinishReason::kLength) << o.error;
     hits += o.cached > 0;
     EXPECT_LT(o.cached, static_cast<int64_t>(c.prompt.size()));
-    if (runner->prefix_alignment() > 0) EXPECT_EQ(o.cached % runner->prefix_alignment(), 0);
+    if (runner->prefix_alignment() > 0) {
+      EXPECT_EQ(o.cached % runner->prefix_alignment(), 0);
+    }
     const Output cold = alone(model, c.prompt, kMax);
     EXPECT_TRUE(same(o, cold)) << model << ": prompt of " << c.prompt.size() << " ids (hit "
                                << o.cached << ") differs from its run alone";
@@ -248,9 +251,11 @@ void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
         << model << ": request " << i - 1 << " (" << r.prompt.size() << " ids) differs from "
         << "its never-preempted run";
   }
-  for (const CacheUsage& u : tight->cache_usage())
-    if (u.kind.find("prefix_cache") == std::string::npos)
+  for (const CacheUsage& u : tight->cache_usage()) {
+    if (u.kind.find("prefix_cache") == std::string::npos) {
       EXPECT_EQ(u.used_bytes, 0) << model << " " << u.kind << " still held after every request ended";
+    }
+  }
 }
 
 // The scenario: 3 concurrent 300-id prompts, 60 generated ids each, --kv-cache-tokens

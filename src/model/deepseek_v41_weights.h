@@ -78,7 +78,8 @@ struct V41IndexerWeights {
   TensorView k_norm;      // BF16 [index_head_dim]
 };
 
-struct V41AttentionWeights {
+// The attention projections V4 and V4.1 share (same names, shapes and formats).
+struct DeepseekAttentionCore {
   TensorView attn_sink;   // F32 [n_heads]
   V41Linear wq_a;         // FP8 [q_lora, dim]
   TensorView q_norm;      // BF16 [q_lora]
@@ -87,6 +88,9 @@ struct V41AttentionWeights {
   TensorView kv_norm;     // BF16 [head_dim]
   V41Linear wo_a;         // FP8 (or BF16) [o_groups*o_lora, n_heads*head_dim/o_groups]
   V41Linear wo_b;         // FP8 [dim, o_groups*o_lora]
+};
+
+struct V41AttentionWeights : DeepseekAttentionCore {
   V41CompressorWeights compressor;
   V41IndexerWeights indexer;
 };

@@ -56,15 +56,7 @@ struct V4IndexerWeights {
   V4CompressorWeights compressor;  // width index_head_dim, rotate (Hadamard + FP4)
 };
 
-struct V4AttentionWeights {
-  TensorView attn_sink;   // F32 [n_heads]
-  V41Linear wq_a;         // FP8 [q_lora, dim]
-  TensorView q_norm;      // BF16 [q_lora]
-  V41Linear wq_b;         // FP8 [n_heads*head_dim, q_lora]
-  V41Linear wkv;          // FP8 [head_dim, dim]
-  TensorView kv_norm;     // BF16 [head_dim]
-  V41Linear wo_a;         // FP8 (or BF16) [o_groups*o_lora, n_heads*head_dim/o_groups]
-  V41Linear wo_b;         // FP8 [dim, o_groups*o_lora]
+struct V4AttentionWeights : DeepseekAttentionCore {
   V4CompressorWeights compressor;
   V4IndexerWeights indexer;
 };
