@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "exec/deepseek_v41/v41_sequence_state.h"
 #include "exec/deepseek_v4/v4_sequence_state.h"
+#include "state/handoff.h"
 
 namespace strata {
 
@@ -208,6 +209,68 @@ int64_t DeepseekCacheRunner<Model, State, Options>::prefix_cache_bytes_per_unit(
   if (!cm_->prefix_cache()) return 0;
   const double rows = static_cast<double>(cm_->unit()) * model_->state_graph().bytes_per_token();
   return static_cast<int64_t>(rows) + cm_->boundary_snapshot_bytes();
+}
+
+template <class Model, class State, class Options>
+const StateGraph* DeepseekCacheRunner<Model, State, Options>::state_graph() const {
+  return &model_->state_graph();
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::export_handoff(SeqId seq, int64_t from_pos,
+                                                                  std::span<const int32_t> ids,
+                                                                  HandoffState* out) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("export: unknown sequence {}", seq.value);
+  const int64_t n = length(it->second);
+  if (static_cast<int64_t>(ids.size()) != n)
+    return invalid_argument("export: {} ids for {} positions", ids.size(), n);
+  if (n == 0) {
+    *out = HandoffState{};
+    return ok_status();
+  }
+  *out = export_handoff_rows(*cm_->manager(), seq.value, from_pos,
+                             std::vector<int32_t>(ids.begin(), ids.end()));
+  return ok_status();
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::import_handoff(SeqId seq,
+                                                                  std::span<const int32_t> tokens,
+                                                                  const HandoffState& st,
+                                                                  int64_t* held) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("import: unknown sequence {}", seq.value);
+  Seq& s = it->second;
+  const int64_t n = st.num_tokens;
+  STRATA_RETURN_IF_ERROR(check_handoff_ids(tokens, st));
+  if (!s.state) start(seq, s, tokens, /*allow_hit=*/false);
+  const int64_t h = length(s);
+  if (st.from_pos > h)
+    return failed_precondition("import: the state starts at position {} but only {} are held",
+                               st.from_pos, h);
+  if (n <= h) {
+    *held = h;
+    return ok_status();
+  }
+  int64_t start_pos = 0;
+  STRATA_RETURN_IF_ERROR(cm_->begin(seq.value, n - h, &start_pos));
+  STRATA_CHECK(start_pos == h);
+  write_handoff_rows(*cm_->manager(), seq.value, st, h);
+  auto state = std::make_unique<State>(model_->config(), cm_->manager(), seq.value, n);
+  Status rb = rebuild_from_ids(*state, tokens, n);
+  cm_->finish();
+  if (!rb.ok()) {  // the rows are written but Engram is not: the sequence restarts cold
+    s.state.reset();
+    cm_->release(seq.value);
+    start(seq, s, tokens, /*allow_hit=*/false);
+    *held = 0;
+    return rb;
+  }
+  s.state = std::move(state);
+  s.pending.assign(tokens.begin() + n, tokens.end());
+  *held = n;
+  return ok_status();
 }
 
 template class DeepseekCacheRunner<DeepseekV41Model, V41SequenceState, V41ForwardOptions>;

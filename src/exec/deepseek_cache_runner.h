@@ -58,6 +58,14 @@ class DeepseekCacheRunner : public ModelRunner {
   // Paged rows of one unit (graph formulas) + the boundary snapshot stored at every unit
   // boundary under the stored-snapshot policy.
   int64_t prefix_cache_bytes_per_unit() const override;
+  // PD handoff (state/handoff.h) over the shared manager: export copies the owners' rows;
+  // import plans one step over [held, num_tokens), writes the rows raw, rebuilds Engram
+  // history (rebuild_from_ids) and publishes full blocks to this runner's prefix cache.
+  const StateGraph* state_graph() const override;
+  Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
+                        HandoffState* out) const override;
+  Status import_handoff(SeqId seq, std::span<const int32_t> tokens, const HandoffState& st,
+                        int64_t* held) override;
 
   const Model& model() const { return *model_; }
   // The shared manager (tests: check_invariants, clear_prefix_cache, free blocks).
@@ -76,6 +84,11 @@ class DeepseekCacheRunner : public ModelRunner {
   // Rebuilds ring / fixed state after a hit of `hit` tokens of `prompt` under a replay
   // policy. Default: Unimplemented (the sequence restarts cold).
   virtual Status replay(SeqId seq, Seq& s, std::span<const int32_t> prompt, int64_t hit);
+  // After an import of positions [0, n) of `ids`: rebuilds the state kinds whose handoff
+  // policy is rebuild (V4.1: Engram history). Default: nothing to rebuild.
+  virtual Status rebuild_from_ids(State& st, std::span<const int32_t> ids, int64_t n) {
+    return ok_status();
+  }
   void start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit);
   int64_t length(const Seq& s) const { return s.state ? s.state->length() : 0; }
 

@@ -20,6 +20,9 @@
 
 namespace strata {
 
+class StateGraph;
+struct HandoffState;
+
 struct SeqId {
   int64_t value = -1;
   friend bool operator==(SeqId a, SeqId b) { return a.value == b.value; }
@@ -100,6 +103,29 @@ class ModelRunner {
   // Bytes one cached alignment unit holds in the prefix cache (its growing rows plus any
   // boundary snapshot of ring / fixed state stored with it); 0 = no prefix cache.
   virtual int64_t prefix_cache_bytes_per_unit() const { return 0; }
+
+  // ---- Optional: prefill/decode handoff (state/handoff.h; defaults: not supported). ----
+  //
+  // The state graph the runner's cache follows (null: the runner cannot hand off state).
+  virtual const StateGraph* state_graph() const { return nullptr; }
+  // Copies the rows of every state owner of `seq` as of sequence_length(seq) (which must
+  // equal ids.size(); `ids` are the tokens fed so far), growing rows from `from_pos` (a
+  // multiple of prefix_alignment()), into *out with checksums. The sequence is unchanged.
+  virtual Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
+                                HandoffState* out) const {
+    return Status(StatusCode::kUnimplemented, "this runner cannot export state");
+  }
+  // Right after attach_cached_prefix(seq, tokens) returned *held: makes positions
+  // [0, st.num_tokens) of `seq` the received state (a verified HandoffState whose token ids
+  // are tokens' first num_tokens, num_tokens < tokens.size(), from_pos <= *held), writing
+  // only rows the sequence does not hold, and rebuilding the kinds whose policy is rebuild
+  // (Engram history) from the ids. On success *held = st.num_tokens. Errors (nothing
+  // changed beyond the prefix hit): InvalidArgument (ids differ, bad lengths),
+  // FailedPrecondition (from_pos > *held), ResourceExhausted (pool short).
+  virtual Status import_handoff(SeqId seq, std::span<const int32_t> tokens,
+                                const HandoffState& st, int64_t* held) {
+    return Status(StatusCode::kUnimplemented, "this runner cannot import state");
+  }
 
   // ---- Optional: benchmarks. ----
   // Bytes of weights and state one decode step of a sequence of `len` tokens reads from

@@ -576,6 +576,16 @@ void CacheManager::write_row(CacheSeqId seq, OwnerId owner, int64_t row, const f
   encode_state_row(graph_.owner(owner).spec, x, loc.pool->row(loc.block, loc.row));
 }
 
+void CacheManager::write_raw_row(CacheSeqId seq, OwnerId owner, int64_t row,
+                                 const uint8_t* bytes) {
+  STRATA_ROW_LOC(seq, owner, row, loc);
+  STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
+                   "write into shared block (seq {}, {} row {}): shared blocks are immutable",
+                   seq, graph_.owner(owner).label, row);
+  std::memcpy(loc.pool->row(loc.block, loc.row), bytes,
+              static_cast<size_t>(graph_.owner(owner).spec.row_bytes));
+}
+
 void CacheManager::read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* out) const {
   STRATA_ROW_LOC(seq, owner, row, loc);
   decode_state_row(graph_.owner(owner).spec, loc.pool->row(loc.block, loc.row), out);

@@ -174,6 +174,9 @@ class CacheManager {
   // Serving-format bytes of one row (row_bytes of the owner's spec), for kernels that consume
   // the packed format directly. Valid until the sequence is released.
   const uint8_t* raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const;
+  // Stores row_bytes serving-format bytes as-is (a handoff's rows, state/handoff.h). The same
+  // addressing and CHECKs as write_row (allocated, not in a shared block).
+  void write_raw_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes);
   // Window KV of `layer` (its own ring): slot pos mod W.
   void write_window_row(CacheSeqId seq, int layer, int64_t pos, const float* x);
   void read_window_row(CacheSeqId seq, int layer, int64_t pos, float* out) const;

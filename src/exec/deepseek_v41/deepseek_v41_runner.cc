@@ -20,10 +20,10 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV41Model::load(dir, options));
   const DeepseekConfig& c = r->model_->config();
   r->init(dir, std::move(name), "deepseek_v41", cache);
-  if (cache.restore != V41PrefixRestore::kStoredState && !c.engram_layer_ids.empty() &&
-      c.engram_max_ngram_size > 1) {
-    // The Engram history at the replay start is rebuilt from ids: the same compressed-token
-    // map DeepseekV41Model::load uses (injected, file, or built from the tokenizer).
+  if (!c.engram_layer_ids.empty() && c.engram_max_ngram_size > 1) {
+    // The Engram history at a replay start or after a handoff import is rebuilt from ids:
+    // the same compressed-token map DeepseekV41Model::load uses (injected, file, or built
+    // from the tokenizer).
     std::vector<int64_t> map = options.engram_token_map;
     if (map.empty() && !options.engram_token_map_path.empty()) {
       STRATA_ASSIGN_OR_RETURN(map, load_token_map(options.engram_token_map_path));
@@ -38,6 +38,22 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   return r;
 }
 
+Status DeepseekV41Runner::rebuild_from_ids(V41SequenceState& st, std::span<const int32_t> ids,
+                                           int64_t n) {
+  if (engram_map_.empty()) return ok_status();
+  // Mapped ids of the positions [n - h, n), oldest first (fewer near the start).
+  const int64_t h = model_->config().engram_max_ngram_size - 1;
+  std::vector<int64_t> hist;
+  for (int64_t p = std::max<int64_t>(0, n - h); p < n; ++p) {
+    const int64_t t = ids[static_cast<size_t>(p)];
+    if (t < 0 || t >= static_cast<int64_t>(engram_map_.size()))
+      return invalid_argument("token {} at {} outside the Engram map", t, p);
+    hist.push_back(engram_map_[static_cast<size_t>(t)]);
+  }
+  st.set_engram_history(hist);
+  return ok_status();
+}
+
 Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> prompt,
                                  int64_t hit) {
   const DeepseekConfig& c = model_->config();
@@ -47,18 +63,7 @@ Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> pro
   V41SequenceState& st = *s.state;
   st.set_shared_prefix_end(hit);  // compressed rows / index keys of [0, hit) are the cache's
   st.set_window_floor(r0);        // fresh ring before r0
-  if (!engram_map_.empty()) {
-    // Mapped ids of the positions [r0 - h, r0), oldest first (fewer near the start).
-    const int64_t h = c.engram_max_ngram_size - 1;
-    std::vector<int64_t> hist;
-    for (int64_t p = std::max<int64_t>(0, r0 - h); p < r0; ++p) {
-      const int64_t t = prompt[static_cast<size_t>(p)];
-      if (t < 0 || t >= static_cast<int64_t>(engram_map_.size()))
-        return invalid_argument("token {} at {} outside the Engram map", t, p);
-      hist.push_back(engram_map_[static_cast<size_t>(t)]);
-    }
-    st.set_engram_history(hist);
-  }
+  STRATA_RETURN_IF_ERROR(rebuild_from_ids(st, prompt, r0));
   if (r0 == hit) {  // replay_tokens 0: measurement baseline, rings left empty
     st.set_shared_prefix_end(0);
     return ok_status();

@@ -48,7 +48,10 @@ class DeepseekV41Runner
   DeepseekV41Runner() = default;
   // Replay policies: rebuilds ring / fixed state after a hit of `hit` tokens of `prompt`.
   Status replay(SeqId seq, Seq& s, std::span<const int32_t> prompt, int64_t hit) override;
-  // Replay policies with Engram: raw token id -> compressed id (the model's Engram token map,
+  // Engram history as of position n: the mapped ids of positions [n - (max_ngram-1), n).
+  Status rebuild_from_ids(V41SequenceState& st, std::span<const int32_t> ids,
+                          int64_t n) override;
+  // Replay restores and handoff imports with Engram: raw token id -> compressed id (the model's Engram token map,
   // loaded the same way; the model does not expose its hasher).
   std::vector<int64_t> engram_map_;
 };

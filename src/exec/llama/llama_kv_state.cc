@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "state/cache_manager.h"
+#include "state/handoff.h"
 #include "state/state_graph.h"
 
 namespace strata {
@@ -219,6 +220,43 @@ void LlamaKvState::end_step() {
     s.length += done;
   }
   inflight_.reset();
+}
+
+Status LlamaKvState::export_state(int64_t seq, int64_t from_pos, std::span<const int32_t> ids,
+                                  HandoffState* out) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("export: unknown sequence {}", seq);
+  if (static_cast<int64_t>(ids.size()) != it->second.length)
+    return invalid_argument("export: {} ids for {} positions", ids.size(), it->second.length);
+  if (!it->second.started) {
+    *out = HandoffState{};
+    return ok_status();
+  }
+  *out = export_handoff_rows(*cm_, seq, from_pos, std::vector<int32_t>(ids.begin(), ids.end()));
+  return ok_status();
+}
+
+Status LlamaKvState::import_state(int64_t seq, std::span<const int32_t> tokens,
+                                  const HandoffState& st, int64_t* held) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("import: unknown sequence {}", seq);
+  STRATA_RETURN_IF_ERROR(check_handoff_ids(tokens, st));
+  Seq& s = it->second;
+  if (!s.started) start(seq, s, tokens, /*allow_hit=*/false);
+  const int64_t h = s.length;
+  if (st.from_pos > h)
+    return failed_precondition("import: the state starts at position {} but only {} are held",
+                               st.from_pos, h);
+  if (st.num_tokens <= h) {
+    *held = h;
+    return ok_status();
+  }
+  STRATA_RETURN_IF_ERROR(begin_step({seq}, {tokens.subspan(static_cast<size_t>(h),
+                                                           static_cast<size_t>(st.num_tokens - h))}));
+  write_handoff_rows(*cm_, seq, st, h);
+  end_step();
+  *held = s.length;
+  return ok_status();
 }
 
 std::vector<LlamaKvUsage> LlamaKvState::usage() const {

@@ -41,6 +41,7 @@ namespace strata {
 
 class CacheManager;
 class StateGraph;
+struct HandoffState;
 
 struct LlamaKvUsage {
   std::string kind;
@@ -81,6 +82,16 @@ class LlamaKvState {
   void write_kv(int64_t seq, int layer, int64_t pos, const float* k, const float* v);
   kernels::KvBlocks view(int64_t seq, int layer) const;
   void end_step();
+
+  // PD handoff (state/handoff.h): the graph the rows follow; export of `seq`'s rows as of
+  // its length (== ids.size()); import of a verified state right after attach_prefix
+  // (plans a step over [held, num_tokens), writes the rows raw, publishes full blocks).
+  // Errors as ModelRunner::import_handoff.
+  const StateGraph& graph() const { return *graph_; }
+  Status export_state(int64_t seq, int64_t from_pos, std::span<const int32_t> ids,
+                      HandoffState* out) const;
+  Status import_state(int64_t seq, std::span<const int32_t> tokens, const HandoffState& st,
+                      int64_t* held);
 
   std::vector<LlamaKvUsage> usage() const;
   // Test helper: CacheManager::check_invariants (CHECK-fails on a broken refcount).

@@ -49,6 +49,15 @@ class LlamaRunner : public ModelRunner {
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   int64_t prefix_alignment() const override;
+  const StateGraph* state_graph() const override { return &kv_.graph(); }
+  Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
+                        HandoffState* out) const override {
+    return kv_.export_state(seq.value, from_pos, ids, out);
+  }
+  Status import_handoff(SeqId seq, std::span<const int32_t> tokens, const HandoffState& st,
+                        int64_t* held) override {
+    return kv_.import_state(seq.value, tokens, st, held);
+  }
 
   const LlamaModel& model() const { return *model_; }
   const LlamaKvState& kv_state() const { return kv_; }
