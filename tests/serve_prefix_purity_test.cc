@@ -117,7 +117,9 @@ void grid(const std::string& model) {
     EXPECT_TRUE(same(got[i], cold)) << model << ": prompt of " << prompts[i].size()
                                     << " ids (cached " << got[i].cached << ") differs from a fresh server";
   }
-  if (align > 0) EXPECT_GE(hits, static_cast<int>(prompts.size()) / 2) << model;
+  if (align > 0) {
+    EXPECT_GE(hits, static_cast<int>(prompts.size()) / 2) << model;
+  }
   // /metrics states the memory one cached unit costs (rows + boundary snapshot).
   const std::string metrics = testing::http_get(server->port(), "/metrics").body;
   const int64_t per_unit = server->runner().prefix_cache_bytes_per_unit();
@@ -134,7 +136,9 @@ void grid(const std::string& model) {
     auto fresh = start(model);
     ASSERT_TRUE(fresh);
     EXPECT_TRUE(same(r, complete(fresh->port(), convo, 6))) << model << " turn " << turn;
-    if (turn > 0 && align > 0) EXPECT_GT(r.cached, 0) << model << " turn " << turn;
+    if (turn > 0 && align > 0) {
+      EXPECT_GT(r.cached, 0) << model << " turn " << turn;
+    }
     convo.insert(convo.end(), r.ids.begin(), r.ids.end());
     const auto more = ids(7 + 11 * turn);
     convo.insert(convo.end(), more.begin(), more.end());

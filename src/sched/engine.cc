@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "sched/request_sampler.h"
 #include "sched/stop_checker.h"
+#include "state/handoff.h"
 
 namespace strata {
 
@@ -51,6 +52,7 @@ std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeou
     merged.prompt_tokens = e.prompt_tokens;
     merged.completion_tokens = e.completion_tokens;
     merged.cached_tokens = e.cached_tokens;
+    if (e.handoff) merged.handoff = e.handoff;
     queue_.pop_front();
   }
   if (merged.finished) final_ = merged;
@@ -87,6 +89,7 @@ struct Engine::Active {
   std::optional<Clock::time_point> first_scheduled;
   std::vector<Clock::time_point> token_times;
   bool prefill_counted = false;
+  bool export_state = false;  // SubmitOptions::export_state
 };
 
 namespace {
@@ -207,7 +210,8 @@ bool Engine::serving() const {
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> prompt,
-                                                        GenerationParams params) {
+                                                        GenerationParams params,
+                                                        SubmitOptions opts) {
   const ModelInfo& info = runner_->info();
   if (prompt.empty()) return invalid_argument("prompt is empty");
   for (int32_t t : prompt) {
@@ -256,7 +260,8 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
     }
     const RequestId id = next_id_++;
     stream = std::make_shared<RequestStream>(id, this);
-    incoming_.push_back({id, std::move(prompt), std::move(params), stream, Clock::now()});
+    incoming_.push_back(
+        {id, std::move(prompt), std::move(params), std::move(opts), stream, Clock::now()});
   }
   cv_.notify_all();
   return stream;
@@ -305,6 +310,10 @@ void Engine::publish_stats() {
   s.prefix_cache_queries_total = c.prefix_cache_queries;
   s.prefix_cache_hits_total = c.prefix_cache_hits;
   s.num_preemptions_total = c.preemptions;
+  s.kv_transfer_imports_total = c.handoff_imports;
+  s.kv_transfer_imported_tokens_total = c.handoff_imported_tokens;
+  s.kv_transfer_import_failures_total = c.handoff_import_failures;
+  s.kv_transfer_recomputed_tokens_total = c.handoff_recomputed_tokens;
   s.cache_usage = runner_->cache_usage();
   s.prefix_cache_bytes_per_unit = runner_->prefix_cache_bytes_per_unit();
   std::lock_guard lock(stats_mu_);
@@ -334,7 +343,9 @@ bool Engine::iterate() {
     a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);
     a->arrival = in.arrival;
-    scheduler_.add(a->seq, std::move(in.prompt), a->params.priority);
+    a->export_state = in.opts.export_state;
+    scheduler_.add(a->seq, std::move(in.prompt), a->params.priority, std::move(in.opts.import_state),
+                   in.opts.fail_on_import_error);
     active_[in.id] = std::move(a);
   }
   for (RequestId id : cancels) {
@@ -413,6 +424,17 @@ bool Engine::iterate() {
       finish(a, FinishReason::kError, st.with_context("request ended"));
       continue;
     }
+    if (a.export_state) {  // prefill role: hand the prompt's state off instead of sampling
+      auto st = std::make_shared<HandoffState>();
+      Status ex = runner_->export_handoff(a.seq, 0, scheduler_.tokens(a.seq), st.get());
+      if (!ex.ok()) {
+        finish(a, FinishReason::kError, ex.with_context("state export"));
+      } else {
+        ++counters_.kv_transfer_exports_total;
+        finish(a, FinishReason::kStop, Status(), std::move(st));
+      }
+      continue;
+    }
     SampleResult tok = a.sampler->sample(lrow);
     handle_token(a, tok.token, a.params.logprobs >= 0 ? &tok.logprob : nullptr);
   }
@@ -476,7 +498,8 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob)
   finish(a, reason);
 }
 
-void Engine::finish(Active& a, FinishReason reason, Status error) {
+void Engine::finish(Active& a, FinishReason reason, Status error,
+                    std::shared_ptr<const HandoffState> handoff) {
   const auto now = Clock::now();
   const int64_t cached =
       scheduler_.contains(a.seq) ? scheduler_.cached_prompt_tokens(a.seq) : 0;
@@ -506,6 +529,7 @@ void Engine::finish(Active& a, FinishReason reason, Status error) {
   e.prompt_tokens = a.prompt_tokens;
   e.completion_tokens = a.generated;
   e.cached_tokens = cached;
+  e.handoff = std::move(handoff);
   a.stream->push(std::move(e));
   active_.erase(a.id);  // `a` is gone after this line
 }

@@ -79,6 +79,15 @@ struct EngineStats {
   double forward_seconds_total = 0;      // runner.step
   std::vector<CacheUsage> cache_usage;   // after the latest step
   int64_t prefix_cache_bytes_per_unit = 0;  // ModelRunner::prefix_cache_bytes_per_unit()
+  // PD handoff (SubmitOptions): states exported (prefill role); states imported at
+  // admission, the positions they covered, imports that failed (by the policy: the request
+  // ended with the error, or its prompt was computed locally) and the prompt tokens computed
+  // locally after a failed import (recompute policy).
+  int64_t kv_transfer_exports_total = 0;
+  int64_t kv_transfer_imports_total = 0;
+  int64_t kv_transfer_imported_tokens_total = 0;
+  int64_t kv_transfer_import_failures_total = 0;
+  int64_t kv_transfer_recomputed_tokens_total = 0;
 };
 
 class Engine {
@@ -101,8 +110,12 @@ class Engine {
   // False once shutdown() began.
   bool serving() const;
 
+  // `opts`: PD disaggregation roles (request.h SubmitOptions); an import_state must be a
+  // verified state (state/handoff.h verify_handoff) whose ids are the prompt's first
+  // num_tokens (checked again at admission).
   StatusOr<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt,
-                                                  GenerationParams params);
+                                                  GenerationParams params,
+                                                  SubmitOptions opts = {});
   void cancel(RequestId id);
   EngineStats stats() const;
 
@@ -116,7 +129,8 @@ class Engine {
   void loop();
   bool iterate();
   void handle_token(Active& a, int32_t token, const TokenLogprob* logprob);
-  void finish(Active& a, FinishReason reason, Status error = Status());
+  void finish(Active& a, FinishReason reason, Status error = Status(),
+              std::shared_ptr<const HandoffState> handoff = nullptr);
   void publish_stats();
   std::string decode_piece(Active& a, int32_t token);
 
@@ -131,6 +145,7 @@ class Engine {
     RequestId id;
     std::vector<int32_t> prompt;
     GenerationParams params;
+    SubmitOptions opts;
     std::shared_ptr<RequestStream> stream;
     std::chrono::steady_clock::time_point arrival;
   };

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 namespace strata {
 
 using RequestId = int64_t;
+struct HandoffState;  // state/handoff.h
 
 struct GenerationParams {
   int64_t max_tokens = 16;           // generated tokens at most (>= 1)
@@ -73,6 +75,22 @@ struct RequestEvent {
   int64_t prompt_tokens = 0;           // filled on the final event
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;           // prompt tokens served from the prefix cache
+  // Final event of a request submitted with SubmitOptions::export_state: the exported state
+  // of its prompt (prefill role of PD disaggregation); null otherwise.
+  std::shared_ptr<const HandoffState> handoff;
+};
+
+// How a request enters the engine beyond its prompt and parameters (PD disaggregation).
+struct SubmitOptions {
+  // Prefill role: compute the prompt, then end the request (finish reason stop, no token
+  // sampled) with its state exported into the final event's `handoff`.
+  bool export_state = false;
+  // Decode role: a verified state of the prompt's first num_tokens positions
+  // (state/handoff.h), imported at admission instead of computing them.
+  std::shared_ptr<const HandoffState> import_state;
+  // When the import fails at admission: true ends the request with the error
+  // (--kv-load-failure-policy fail); false computes the prompt locally (recompute).
+  bool fail_on_import_error = true;
 };
 
 class Engine;

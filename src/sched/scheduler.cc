@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "state/handoff.h"
 
 namespace strata {
 
@@ -38,7 +39,8 @@ void Scheduler::insert_waiting(Request* r) {
   waiting_.insert(pos, r);
 }
 
-void Scheduler::add(SeqId seq, std::vector<int32_t> prompt, int32_t priority) {
+void Scheduler::add(SeqId seq, std::vector<int32_t> prompt, int32_t priority,
+                    std::shared_ptr<const HandoffState> handoff, bool fail_on_import_error) {
   STRATA_CHECK_MSG(!contains(seq), "duplicate sequence id {}", seq.value);
   STRATA_CHECK(!prompt.empty());
   Request& r = requests_[seq.value];
@@ -47,6 +49,8 @@ void Scheduler::add(SeqId seq, std::vector<int32_t> prompt, int32_t priority) {
   r.arrival = next_arrival_++;
   r.tokens = std::move(prompt);
   r.prompt_len = static_cast<int64_t>(r.tokens.size());
+  r.handoff = std::move(handoff);
+  r.fail_on_import_error = fail_on_import_error;
   insert_waiting(&r);
 }
 
@@ -187,8 +191,32 @@ SchedulePlan Scheduler::plan() {
       counters_.prefix_cache_hits += cached;
       r->cached_prompt_tokens = cached;
     }
+    int64_t computed = cached;
+    if (r->handoff && !r->admitted_once) {
+      const std::shared_ptr<const HandoffState> h = std::move(r->handoff);
+      int64_t held = cached;
+      Status is = runner_->import_handoff(r->seq, r->tokens, *h, &held);
+      if (is.ok()) {
+        ++counters_.handoff_imports;
+        counters_.handoff_imported_tokens += held - cached;
+        computed = held;
+      } else {
+        ++counters_.handoff_import_failures;
+        if (r->fail_on_import_error) {
+          release(r);
+          waiting_.pop_front();
+          plan.failed.push_back({r->seq, is.with_context("state import")});
+          requests_.erase(r->seq.value);
+          continue;
+        }
+        // Recompute: the prompt is computed here from whatever the runner holds (the prefix
+        // hit, or nothing if the import restarted the sequence).
+        computed = runner_->sequence_length(r->seq);
+        counters_.handoff_recomputed_tokens += std::max<int64_t>(0, h->num_tokens - computed);
+      }
+    }
     r->admitted_once = true;
-    r->num_computed = cached;
+    r->num_computed = computed;
     const int64_t cap = runner_->token_capacity_left(r->seq) -
                         (runner_->token_capacity_is_shared() ? plan.num_tokens : 0);
     if (cap <= 0) {
@@ -209,7 +237,7 @@ SchedulePlan Scheduler::plan() {
     auto pos = std::upper_bound(running_.begin(), running_.end(), r,
                                 [](const Request* a, const Request* b) { return before(*a, *b); });
     running_.insert(pos, r);
-    schedule(r, std::min({size - cached, options_.chunk_size, budget, cap}));
+    schedule(r, std::min({size - computed, options_.chunk_size, budget, cap}));
   }
 
   plan.items.reserve(plan.scheduled.size());

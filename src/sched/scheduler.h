@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -76,6 +77,12 @@ struct SchedulerCounters {
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
   int64_t preemptions = 0;
+  // PD handoff imports at first admission (Scheduler::add with a state): successful ones
+  // and the positions they covered; failed ones; prompt tokens then computed locally.
+  int64_t handoff_imports = 0;
+  int64_t handoff_imported_tokens = 0;
+  int64_t handoff_import_failures = 0;
+  int64_t handoff_recomputed_tokens = 0;
 };
 
 class Scheduler {
@@ -89,7 +96,14 @@ class Scheduler {
 
   // Queues a new request. `seq` must be unused; `prompt` non-empty. Lower `priority`
   // runs first (the priority hook); equal priorities are FCFS.
-  void add(SeqId seq, std::vector<int32_t> prompt, int32_t priority = 0);
+  // `handoff` (PD decode role): a verified state of the prompt's first num_tokens positions,
+  // imported at the first admission right after the prefix lookup
+  // (ModelRunner::import_handoff); if that fails, `fail_on_import_error` fails the request
+  // with the error, otherwise its prompt is computed locally. A re-admission after
+  // preemption recomputes locally (the state is dropped after the first admission).
+  void add(SeqId seq, std::vector<int32_t> prompt, int32_t priority = 0,
+           std::shared_ptr<const HandoffState> handoff = nullptr,
+           bool fail_on_import_error = true);
   // Removes a request wherever it is and releases every state kind it holds in the runner
   // right away. Unknown ids are ignored (idempotent).
   void remove(SeqId seq);
@@ -135,6 +149,8 @@ class Scheduler {
     bool in_runner = false;
     bool admitted_once = false;
     int64_t cached_prompt_tokens = 0;
+    std::shared_ptr<const HandoffState> handoff;
+    bool fail_on_import_error = true;
   };
   static bool before(const Request& a, const Request& b);
   void insert_waiting(Request* r);

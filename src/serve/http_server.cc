@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "disagg/kv_transfer.h"
 #include "serve/openai_api.h"
+#include "state/handoff.h"
 
 namespace strata {
 
@@ -30,6 +32,24 @@ void send_error(httplib::Response& res, const ApiError& e) {
 }
 
 void send_status(httplib::Response& res, const Status& st) { send_error(res, api_error_for(st)); }
+
+// A failed handoff (fetch, contract, verification): 502, the prompt's state did not arrive
+// intact; never a 200 with content.
+void send_kv_error(httplib::Response& res, const Status& st) {
+  send_error(res, {502, "kv_transfer_error", status_code_name(st.code()),
+                   fmt::format("KV transfer failed: {}", st.message())});
+}
+
+// vLLM's "kv_transfer_params" object of a request body (null when absent or not an object).
+nlohmann::json kv_transfer_params(const std::string& body) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(body);
+    if (j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object())
+      return j["kv_transfer_params"];
+  } catch (const std::exception&) {
+  }
+  return nullptr;
+}
 
 // Tokenizes the request's prompt. Errors: InvalidArgument (no tokenizer, bad messages).
 StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Engine& engine) {
@@ -210,10 +230,98 @@ void HttpServer::install_routes() {
   });
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->render(engine_->stats()), "text/plain; version=0.0.4");
+    std::string text = metrics_->render(engine_->stats());
+    if (options_.kv_sender != nullptr) text += options_.kv_sender->metrics_text();
+    if (options_.kv_receiver != nullptr) text += options_.kv_receiver->metrics_text();
+    res.set_content(text, "text/plain; version=0.0.4");
   });
 
-  auto generate = [this](ApiEndpoint ep, const httplib::Request& req, httplib::Response& res) {
+  // PD disaggregation: the role, and (prefill) where its state is fetched from.
+  s.Get("/v1/disaggregation", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json j = {{"mode", options_.disaggregation_mode.empty()
+                                     ? std::string("colocated")
+                                     : options_.disaggregation_mode},
+                        {"protocol_version", kPdProtocolVersion}};
+    if (options_.kv_sender != nullptr) j["kv_transfer_endpoint"] = options_.kv_sender->endpoint();
+    if (options_.kv_receiver != nullptr)
+      j["kv_load_failure_policy"] = options_.kv_load_failure_recompute ? "recompute" : "fail";
+    res.set_content(j.dump(), "application/json");
+  });
+  // Decode role: verify the contract with a prefill server's endpoint now (the router calls
+  // it for every pair before routing): 200, or 409 naming the differing field.
+  s.Post("/v1/disaggregation/handshake", [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.kv_receiver == nullptr)
+      return send_error(res, {400, "invalid_request_error", "", "this server is not a decode server"});
+    std::string ep;
+    try {
+      ep = nlohmann::json::parse(req.body).at("remote_endpoint").get<std::string>();
+    } catch (const std::exception&) {
+      return send_error(res, {400, "invalid_request_error", "",
+                              "expected {\"remote_endpoint\": \"tcp://...\"}"});
+    }
+    Status st = options_.kv_receiver->handshake(ep);
+    if (!st.ok())
+      return send_error(res, {st.code() == StatusCode::kFailedPrecondition ? 409 : 502,
+                              "kv_transfer_error", "handshake", st.message()});
+    res.set_content("{\"ok\":true}", "application/json");
+  });
+
+  // Prefill role (a request with kv_transfer_params.do_remote_decode): computes positions
+  // [0, T-1) of the T-token prompt, leases their state to the transfer endpoint and answers
+  // with the handle; the decode server computes position T-1 and everything after it.
+  auto prefill_for_remote_decode = [this](ApiEndpoint ep, const ParsedRequest& r,
+                                          const std::vector<int32_t>& prompt,
+                                          httplib::Response& res) {
+    const int64_t T = static_cast<int64_t>(prompt.size());
+    std::shared_ptr<const HandoffState> st = std::make_shared<HandoffState>();
+    int64_t cached = 0;
+    if (T > 1) {
+      GenerationParams p;
+      p.max_tokens = 1;
+      p.priority = r.params.priority;
+      SubmitOptions so;
+      so.export_state = true;
+      auto submitted = engine_->submit(std::vector<int32_t>(prompt.begin(), prompt.end() - 1), p, so);
+      if (!submitted.ok()) return send_status(res, submitted.status());
+      RequestEvent last;
+      while (true) {
+        auto ev = (*submitted)->next(std::chrono::milliseconds(500));
+        if (ev && ev->finished) {
+          last = std::move(*ev);
+          break;
+        }
+      }
+      if (last.finish_reason != FinishReason::kStop || !last.handoff) {
+        Status err = last.error.ok() ? Status(StatusCode::kCancelled, "prefill cancelled") : last.error;
+        ApiError e = api_error_for(err);
+        if (e.http_status < 500) e.http_status = 500;
+        return send_error(res, e);
+      }
+      st = last.handoff;
+      cached = last.cached_tokens;
+    }
+    const std::string handle = options_.kv_sender->lease(st);
+    nlohmann::json j = {
+        {"id", new_response_id(ep)},
+        {"object", "strata.prefill"},
+        {"created", static_cast<int64_t>(std::time(nullptr))},
+        {"model", model_name_},
+        {"choices", nlohmann::json::array()},
+        {"kv_transfer_params",
+         {{"remote_handle", handle},
+          {"remote_endpoint", options_.kv_sender->endpoint()},
+          {"num_tokens", st->num_tokens},
+          {"payload_bytes", st->payload_bytes()}}},
+        {"usage",
+         {{"prompt_tokens", T},
+          {"completion_tokens", 0},
+          {"total_tokens", T},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}}}};
+    res.set_content(j.dump(), "application/json");
+  };
+
+  auto generate = [this, prefill_for_remote_decode](ApiEndpoint ep, const httplib::Request& req,
+                                                    httplib::Response& res) {
     StatusOr<ParsedRequest> parsed = parse_openai_request(ep, req.body);
     if (!parsed.ok()) return send_status(res, parsed.status());
     ParsedRequest& r = *parsed;
@@ -241,7 +349,30 @@ void HttpServer::install_routes() {
     const bool want_token_ids = r.return_token_ids || engine_->tokenizer() == nullptr;
     std::vector<int32_t> prompt_ids;
     if (want_token_ids) prompt_ids = *prompt;
-    auto submitted = engine_->submit(std::move(*prompt), r.params);
+    const nlohmann::json kvp = kv_transfer_params(req.body);
+    if (options_.kv_sender != nullptr && kvp.is_object() && kvp.value("do_remote_decode", false))
+      return prefill_for_remote_decode(ep, r, *prompt, res);
+    SubmitOptions so;
+    if (options_.kv_receiver != nullptr && kvp.is_object() && kvp.contains("remote_handle")) {
+      StatusOr<std::shared_ptr<HandoffState>> st = invalid_argument("kv_transfer_params needs "
+          "string remote_handle and remote_endpoint");
+      if (kvp["remote_handle"].is_string() && kvp.contains("remote_endpoint") &&
+          kvp["remote_endpoint"].is_string())
+        st = options_.kv_receiver->fetch(kvp["remote_endpoint"].get<std::string>(),
+                                         kvp["remote_handle"].get<std::string>(), 0);
+      if (st.ok()) st = [&]() -> StatusOr<std::shared_ptr<HandoffState>> {
+        STRATA_RETURN_IF_ERROR(check_handoff_ids(*prompt, **st));
+        return st;
+      }();
+      if (st.ok()) {
+        so.import_state = *st;
+        so.fail_on_import_error = !options_.kv_load_failure_recompute;
+      } else if (!options_.kv_load_failure_recompute) {
+        return send_kv_error(res, st.status());
+      }
+      // recompute: the prompt is computed here, as a colocated server would.
+    }
+    auto submitted = engine_->submit(std::move(*prompt), r.params, std::move(so));
     if (!submitted.ok()) return send_status(res, submitted.status());
     ResponseMeta meta{ep, new_response_id(ep), static_cast<int64_t>(std::time(nullptr)),
                       model_name_};

@@ -38,12 +38,23 @@ class Server;
 
 namespace strata {
 
+class KvTransferSender;
+class KvTransferReceiver;
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // loopback by default
   int port = 8000;                 // 0: any free port (see port())
   int threads = 64;                // HTTP worker threads (each SSE stream holds one)
   size_t max_body_bytes = 8 << 20; // larger request bodies get 413
   std::string model_name;          // served model id (default: ModelInfo::name)
+  // PD disaggregation (issue 23; README "Prefill/decode disaggregation"): "" = colocated,
+  // "prefill" (needs kv_sender) or "decode" (needs kv_receiver). Both must outlive the server.
+  std::string disaggregation_mode;
+  KvTransferSender* kv_sender = nullptr;
+  KvTransferReceiver* kv_receiver = nullptr;
+  // --kv-load-failure-policy: false = fail (the request ends with an error, 502), true =
+  // recompute (the prompt is computed locally; the output equals a colocated run's).
+  bool kv_load_failure_recompute = false;
 };
 
 class HttpServer {

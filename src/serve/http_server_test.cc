@@ -35,7 +35,7 @@ struct Stack {
       : runner({.vocab = 64, .max_context = max_context}),
         metrics("fake"),
         engine(&runner, nullptr, {}),
-        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = ""}) {
+        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false}) {
     engine.set_observer(&metrics);
     engine.start();
     EXPECT_TRUE(http.start().ok());

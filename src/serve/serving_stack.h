@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "disagg/kv_transfer.h"
 #include "exec/model_runner.h"
 #include "exec/runner_factory.h"
 #include "model/tokenizer.h"
@@ -20,11 +21,22 @@
 
 namespace strata {
 
+// PD disaggregation flags of `strata serve` (names as vLLM where it has one).
+struct DisaggregationOptions {
+  std::string mode;                 // --disaggregation-mode: "" (colocated), prefill, decode
+  KvTransferOptions transfer;       // --kv-transfer-endpoint, --kv-transfer-lease-ms, -timeout-ms
+  std::string backend = "zmq";      // --disaggregation-transfer-backend: zmq | fault
+  std::string fault_spec;           // --kv-transfer-fault (transport.h FaultSpec)
+  bool load_failure_recompute = false;  // --kv-load-failure-policy recompute (default fail)
+  std::vector<std::string> contract_overrides;  // --kv-transfer-contract-override (tests)
+};
+
 struct ServeOptions {
   std::string model_dir;
   HttpServerOptions http;
   EngineOptions engine;
   RunnerOptions runner;
+  DisaggregationOptions disagg;
 };
 
 class ServingStack {
@@ -38,6 +50,9 @@ class ServingStack {
   ModelRunner& runner() { return *runner_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   HttpServer& http() { return *http_; }
+  // PD roles (null when colocated / the other role).
+  KvTransferSender* kv_sender() { return kv_sender_.get(); }
+  KvTransferReceiver* kv_receiver() { return kv_receiver_.get(); }
   // Idempotent.
   void shutdown();
   // Blocks until the HTTP listener stops.
@@ -48,6 +63,8 @@ class ServingStack {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<KvTransferSender> kv_sender_;
+  std::unique_ptr<KvTransferReceiver> kv_receiver_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<HttpServer> http_;
   bool shut_down_ = false;

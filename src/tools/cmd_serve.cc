@@ -27,6 +27,8 @@ struct ServeCli {
   std::string prefix_restore = "stored";
   uint64_t seed = 0;
   size_t max_body_bytes = 8 << 20;
+  DisaggregationOptions disagg;
+  std::string kv_load_failure_policy = "fail";
 };
 
 int run_serve(ServeCli& o) {
@@ -61,6 +63,8 @@ int run_serve(ServeCli& o) {
   so.runner.prefix_restore = o.prefix_restore;
   so.runner.progress = true;
   so.runner.name = o.served_name;
+  so.disagg = o.disagg;
+  so.disagg.load_failure_recompute = o.kv_load_failure_policy == "recompute";
   auto stack = ServingStack::start(so);
   if (!stack.ok()) {
     fmt::print(stderr, "strata serve: {}\n", stack.status().to_string());
@@ -70,6 +74,11 @@ int run_serve(ServeCli& o) {
   fmt::print("strata serve: listening on http://{}:{} (model '{}', {}, context {} tokens)\n",
              o.host, (*stack)->port(), (*stack)->http().model_name(), info.architecture,
              info.max_context);
+  if ((*stack)->kv_sender() != nullptr)
+    fmt::print("strata serve: prefill role, state handed off at {}\n",
+               (*stack)->kv_sender()->endpoint());
+  if (o.disagg.mode == "decode")
+    fmt::print("strata serve: decode role, --kv-load-failure-policy {}\n", o.kv_load_failure_policy);
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);
@@ -99,6 +108,36 @@ void setup_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413");
+  cmd->add_option("--disaggregation-mode", o->disagg.mode,
+                  "Prefill/decode disaggregation role: prefill or decode (default: colocated)")
+      ->check(CLI::IsMember({"prefill", "decode"}));
+  cmd->add_option("--kv-transfer-endpoint", o->disagg.transfer.endpoint,
+                  "Prefill role: ZeroMQ endpoint the state is fetched from (tcp://HOST:PORT, "
+                  "port 0 = any; or ipc://PATH)")
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-lease-ms", o->disagg.transfer.lease_ms,
+                  "Prefill role: how long a handed-off state waits for its decode server")
+      ->check(positive())
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-timeout-ms", o->disagg.transfer.timeout_ms,
+                  "Decode role: timeout of one transfer request")
+      ->check(positive())
+      ->capture_default_str();
+  cmd->add_option("--kv-load-failure-policy", o->kv_load_failure_policy,
+                  "Decode role, when the state does not arrive intact: fail (error response) or "
+                  "recompute (prefill locally)")
+      ->check(CLI::IsMember({"fail", "recompute"}))
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-transfer-backend", o->disagg.backend,
+                  "Decode role: zmq, or fault (zmq with injected faults, for tests)")
+      ->check(CLI::IsMember({"zmq", "fault"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-fault", o->disagg.fault_spec,
+                  "Fault backend spec: KIND[,KIND..][:p=P][:seed=N][:delay_ms=MS]; kinds drop, "
+                  "corrupt, truncate, duplicate, reorder, delay, handshake");
+  cmd->add_option("--kv-transfer-contract-override", o->disagg.contract_overrides,
+                  "Test hook: FIELD=VALUE replaces a handoff-contract field (to exercise a "
+                  "mismatch)");
   cmd->callback([o] { set_exit_code(run_serve(*o)); });
 }
 
