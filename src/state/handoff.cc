@@ -47,7 +47,16 @@ std::vector<HandoffRowRange> handoff_rows(const StateGraph& g, int64_t n, int64_
     } else if (o.spec.granularity == Granularity::kRing) {
       r.row0 = std::max<int64_t>(0, n - o.spec.rows_fixed);
       r.n_rows = n - r.row0;
-    } else {  // kFixed
+    } else if (o.kind == StateKind::kCompressorState ||
+               o.kind == StateKind::kIndexCompressorState) {
+      // Only the slots a later position reads: the open group's positions [g0, n) and, for
+      // an overlapping compressor, the previous complete group (fresh before the first).
+      const int64_t m = o.spec.ratio, g0 = n / m * m;
+      const bool overlap = o.spec.rows_fixed == 2 * m;
+      if (overlap && g0 >= m) out.push_back({o.id, 0, m});
+      r.row0 = overlap ? m : 0;
+      r.n_rows = n - g0;
+    } else {  // other fixed state: every slot
       r.n_rows = n > 0 ? o.spec.rows_fixed : 0;
     }
     if (r.n_rows > 0) out.push_back(r);

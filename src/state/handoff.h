@@ -11,8 +11,11 @@
 //     (row g covers positions [g*ratio, (g+1)*ratio)); rows below from_pos the receiver
 //     already holds from its own prefix cache and are not sent;
 //   ring owners (window KV): the rows of positions [max(0, N-W), N), keyed by position;
-//   fixed owners with policy transfer (compressor partial state): all rows_fixed slots as of
-//     position N (geometry fixed by the contract's ratio / rows);
+//   compressor partial state (fixed slots, StateSpec::ratio = group size m, g0 = floor(N/m)*m):
+//     only the slots later positions read -- the open group's positions [g0, N) and, for an
+//     overlapping compressor (2m slots), the previous complete group when g0 >= m; slot
+//     indices map to absolute positions by the layout the contract fixes (so N = 4096 on
+//     V4.1 moves no compressor bytes at all); other fixed owners: every slot;
 //   owners with policy rebuild (Engram history) or transients (top-k, candidates): nothing;
 //     the receiver rebuilds them from the token ids, which travel with the state.
 // One HandoffRun per (owner, contiguous row range) -- one frame on the wire -- with an XXH3-64

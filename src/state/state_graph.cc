@@ -238,10 +238,11 @@ StateSpec index_key_spec(const DeepseekConfig& c, int ratio) {
   return make_state_spec(s);
 }
 
-StateSpec compressor_spec(StateKind kind, int rows, int width) {
+StateSpec compressor_spec(StateKind kind, int ratio, int rows, int width) {
   StateSpec s;
   s.kind = kind;
   s.granularity = Granularity::kFixed;
+  s.ratio = ratio;  // group size; rows == 2 x ratio: overlapping (previous group, then current)
   s.rows_fixed = rows;
   s.row_elems = 2 * width;  // [kv(width) | score(width)] per slot
   s.format = RowFormat::kF32;
@@ -291,7 +292,7 @@ StatusOr<StateGraph> StateGraph::from_deepseek(const DeepseekConfig& c) {
         const int rows = L.overlap_compressor ? 2 * L.ratio : L.ratio;
         const int width = L.overlap_compressor ? 2 * c.head_dim : c.head_dim;
         OwnerId cs = b.add_owner(StateKind::kCompressorState, L.layer_id, st,
-                                 compressor_spec(StateKind::kCompressorState, rows, width));
+                                 compressor_spec(StateKind::kCompressorState, L.ratio, rows, width));
         b.add_write(L.layer_id, cs);
         b.add_read(L.layer_id, cs);
       }
@@ -303,7 +304,8 @@ StatusOr<StateGraph> StateGraph::from_deepseek(const DeepseekConfig& c) {
       if (!c.is_v41()) {  // V4 CSA: separate overlapping index compressor (width 2*ihd)
         OwnerId ic = b.add_owner(
             StateKind::kIndexCompressorState, L.layer_id, st,
-            compressor_spec(StateKind::kIndexCompressorState, 2 * L.ratio, 2 * c.index_head_dim));
+            compressor_spec(StateKind::kIndexCompressorState, L.ratio, 2 * L.ratio,
+                            2 * c.index_head_dim));
         b.add_write(L.layer_id, ic);
         b.add_read(L.layer_id, ic);
       }

@@ -72,7 +72,10 @@ const char* handoff_policy_name(HandoffPolicy h);
 struct StateSpec {
   StateKind kind = StateKind::kWindowKv;
   Granularity granularity = Granularity::kPerToken;
-  int ratio = 1;          // tokens per row for kPerToken (1) / kPerCompressedRow (m)
+  int ratio = 1;          // tokens per row for kPerToken (1) / kPerCompressedRow (m); for
+                          // compressor state the group size m (rows_fixed m: slot p mod m;
+                          // rows_fixed 2m, overlapping: slots [0, m) the previous group,
+                          // [m, 2m) the current one)
   int rows_fixed = 0;     // rows per request for kRing / kFixed
   int row_elems = 0;      // logical elements per row
   RowFormat format = RowFormat::kF32;

@@ -17,6 +17,7 @@
 #include "model/deepseek_config.h"
 #include "model/llama_config.h"
 #include "model/safetensors.h"
+#include "state/handoff.h"
 #include "state/state_graph.h"
 #include "state/state_report.h"
 #include "tools/command_registry.h"
@@ -32,7 +33,48 @@ struct InspectArgs {
   bool dot = false;
   bool json = false;
   int block_tokens = 0;
+  int64_t handoff = -1;  // --handoff N: prompt tokens
 };
+
+// The prefill -> decode handoff of a prompt of n tokens (state/handoff.h): positions
+// [0, n-1) cross, the decode side computes position n-1.
+nlohmann::json handoff_json(const StateGraph& g, int64_t n) {
+  const int64_t pos = std::max<int64_t>(0, n - 1);
+  const HandoffBytes hb = handoff_bytes(g, pos);
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto& [k, b] : hb.per_kind) kinds[k] = b;
+  nlohmann::json owners = nlohmann::json::array();
+  for (const HandoffRowRange& r : handoff_rows(g, pos)) {
+    const StateOwnerInfo& o = g.owner(r.owner);
+    owners.push_back({{"owner", o.label}, {"policy", handoff_policy_name(o.spec.handoff)},
+                      {"row0", r.row0}, {"rows", r.n_rows}, {"row_bytes", o.spec.row_bytes},
+                      {"bytes", r.n_rows * o.spec.row_bytes}});
+  }
+  nlohmann::json rebuilt = nlohmann::json::array();
+  for (const StateOwnerInfo& o : g.owners())
+    if (o.spec.handoff == HandoffPolicy::kRebuild && !o.spec.transient() && o.spec.row_bytes > 0)
+      rebuilt.push_back(o.label);
+  return {{"prompt_tokens", n}, {"positions", pos}, {"bytes_per_kind", kinds},
+          {"state_bytes", hb.total}, {"token_id_bytes", hb.token_id_bytes},
+          {"frames", owners.size()}, {"runs", owners}, {"rebuilt_on_decode", rebuilt}};
+}
+
+std::string handoff_text(const StateGraph& g, int64_t n) {
+  const nlohmann::json j = handoff_json(g, n);
+  std::string s = fmt::format(
+      "handoff of a {}-token prompt (prefill computes positions [0, {}), decode computes "
+      "position {}):\n",
+      n, j["positions"].get<int64_t>(), j["positions"].get<int64_t>());
+  for (const auto& [k, b] : j["bytes_per_kind"].items())
+    s += fmt::format("  {:<24} {:>14} B\n", k, b.get<int64_t>());
+  s += fmt::format("  {:<24} {:>14} B  ({} frames, one per owner run)\n", "state total",
+                   j["state_bytes"].get<int64_t>(), j["frames"].get<size_t>());
+  s += fmt::format("  {:<24} {:>14} B\n", "token ids", j["token_id_bytes"].get<int64_t>());
+  std::string rb;
+  for (const auto& x : j["rebuilt_on_decode"]) rb += (rb.empty() ? "" : ", ") + x.get<std::string>();
+  s += fmt::format("  rebuilt on decode from the ids: {}\n", rb.empty() ? "nothing" : rb);
+  return s;
+}
 
 std::string ids(const std::vector<int>& v) {
   std::string s;
@@ -242,6 +284,7 @@ int run_inspect(const InspectArgs& a) {
                          {"total_bytes", summary->total_bytes}, {"by_dtype", by}};
     }
     if (!checkpoint_error.empty()) j["checkpoint_error"] = checkpoint_error;
+    if (a.handoff >= 0) j["handoff"] = handoff_json(*graph, a.handoff);
     fmt::print("{}\n", j.dump(2));
     return status;
   }
@@ -251,6 +294,7 @@ int run_inspect(const InspectArgs& a) {
   else fmt::print("parameters: (config only; no checkpoint to count)\n");
   fmt::print("{}", schedule);
   if (a.state) fmt::print("{}", format_state_text(*graph, ro));
+  if (a.handoff >= 0) fmt::print("{}", handoff_text(*graph, a.handoff));
   return status;
 }
 
@@ -263,6 +307,9 @@ void setup_inspect(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print the state report (and architecture) as JSON");
   cmd->add_option("--block-tokens", args->block_tokens,
                   "Prefix-cache alignment unit in tokens (default: per model)");
+  cmd->add_option("--handoff", args->handoff,
+                  "Print the prefill->decode handoff bytes per kind for a prompt of N tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->callback([args] { set_exit_code(run_inspect(*args)); });
 }
 
