@@ -14,7 +14,6 @@ using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::string digest(const HandoffContract& c) {
-  const std::string s = c.to_json();
   // Only the compared fields count (info is informational).
   HandoffContract f;
   f.fields = c.fields;

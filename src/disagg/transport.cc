@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/check.h"
 
@@ -128,9 +129,16 @@ class FaultClient : public TransportClient {
                     fmt::format("kv transfer: no reply from {} (fault: dropped)", endpoint));
     }
     if (kind == "handshake") {
-      // The peer's contract arrives with one field changed.
-      const size_t at = f[0].find("\"weight_hash\",\"");
-      if (at != std::string::npos) f[0][at + 15] ^= 1;
+      // The peer's contract arrives with one field changed (its weight hash).
+      nlohmann::json rep = nlohmann::json::parse(f[0], nullptr, false);
+      if (rep.is_object() && rep.contains("contract") && rep["contract"].is_string()) {
+        nlohmann::json c = nlohmann::json::parse(rep["contract"].get<std::string>(), nullptr, false);
+        if (c.is_object() && c.contains("fields"))
+          for (auto& field : c["fields"])
+            if (field.at(0) == "weight_hash") field[1] = field[1].get<std::string>() + "-damaged";
+        rep["contract"] = c.dump();
+        f[0] = rep.dump();
+      }
       return f;
     }
     const size_t runs = f.size() > 2 ? f.size() - 2 : 0;  // frames after header + ids

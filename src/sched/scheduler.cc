@@ -200,6 +200,11 @@ SchedulePlan Scheduler::plan() {
         ++counters_.handoff_imports;
         counters_.handoff_imported_tokens += held - cached;
         computed = held;
+      } else if (is.code() == StatusCode::kResourceExhausted && !running_.empty()) {
+        // The pool is short now: wait for running requests to free it, as admission does.
+        r->handoff = h;
+        release(r);
+        break;
       } else {
         ++counters_.handoff_import_failures;
         if (r->fail_on_import_error) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
+#include "serve/http_listen.h"
 #include "serve/openai_api.h"
 #include "state/handoff.h"
 
@@ -149,15 +150,11 @@ HttpServer::HttpServer(Engine* engine, ServerMetrics* metrics, HttpServerOptions
     : engine_(engine), metrics_(metrics), options_(std::move(options)) {
   model_name_ = options_.model_name.empty() ? engine_->model_info().name : options_.model_name;
   server_ = std::make_unique<httplib::Server>();
+  listen_socket_ = std::make_unique<ListenSocket>();
   const int threads = std::max(2, options_.threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
-  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which let a second
-  // server bind the same port and take half of its connections.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<void*>(&yes), sizeof(yes));
-  });
+  listen_socket_->install(*server_);  // SO_REUSEADDR only; backlog raised after bind
   server_->set_keep_alive_timeout(2);
   install_routes();
 }
@@ -174,6 +171,7 @@ Status HttpServer::start() {
     return Status(StatusCode::kUnavailable,
                   fmt::format("cannot bind {}:{}", options_.host, options_.port));
   }
+  listen_socket_->raise_backlog();
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return ok_status();
 }

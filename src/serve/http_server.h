@@ -39,6 +39,7 @@ class Server;
 namespace strata {
 
 class KvTransferSender;
+class ListenSocket;
 class KvTransferReceiver;
 
 struct HttpServerOptions {
@@ -84,6 +85,7 @@ class HttpServer {
   HttpServerOptions options_;
   std::string model_name_;
   std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<ListenSocket> listen_socket_;
   std::thread listener_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};

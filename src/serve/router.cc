@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "serve/http_listen.h"
 #include "serve/openai_api.h"
 
 namespace strata {
@@ -146,6 +147,8 @@ Status Router::start() {
   server_ = std::make_unique<httplib::Server>();
   const int threads = o_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  ListenSocket listen_socket;
+  listen_socket.install(*server_);
   install_routes();
   if (o_.port == 0) {
     port_ = server_->bind_to_any_port(o_.host);
@@ -155,6 +158,7 @@ Status Router::start() {
       return Status(StatusCode::kUnavailable, fmt::format("cannot bind {}:{}", o_.host, o_.port));
     port_ = o_.port;
   }
+  listen_socket.raise_backlog();
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return ok_status();
 }
