@@ -71,12 +71,15 @@ struct Reply {
   std::vector<int32_t> ids;
   std::string logprobs;  // the choices' logprobs, concatenated JSON
   std::string body;
+  int64_t cached = -1;  // usage.prompt_tokens_details.cached_tokens
 };
 
 Json request(const std::vector<int32_t>& prompt, int max_tokens, bool stream) {
-  return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-          {"logprobs", 5},    {"return_token_ids", true}, {"ignore_eos", true},
-          {"stream", stream}};
+  Json j = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+            {"logprobs", 5},    {"return_token_ids", true}, {"ignore_eos", true},
+            {"stream", stream}};
+  if (stream) j["stream_options"] = {{"include_usage", true}};
+  return j;
 }
 
 Reply post(int port, const Json& body) {
@@ -91,6 +94,9 @@ Reply post(int port, const Json& body) {
   Json per_token = Json::array();
   for (const std::string& p : parts) {
     const Json j = Json::parse(p, nullptr, false);
+    if (!j.is_discarded() && j.contains("usage") && j["usage"].is_object() &&
+        j["usage"].contains("prompt_tokens_details"))
+      r.cached = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{-1});
     if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
     const Json& c = j["choices"][0];
     if (c.contains("token_ids"))
@@ -163,6 +169,7 @@ void matches_colocated(const std::string& model) {
   const std::vector<int32_t> base = prompt_of(ctx, 99, vocab);
   std::map<std::string, int64_t> want_bytes;
   int n = 0;
+  int64_t total_cached = 0;
   for (int64_t T : lens) {
     if (T < 1 || T + 33 >= ctx) continue;
     SCOPED_TRACE(model + " T=" + std::to_string(T));
@@ -176,10 +183,15 @@ void matches_colocated(const std::string& model) {
     EXPECT_EQ(got.ids, want.ids);
     EXPECT_EQ(got.logprobs, want.logprobs);
     EXPECT_FALSE(got.logprobs.empty());
-    for (const auto& [k, b] : handoff_bytes(g, T - 1).per_kind) want_bytes[k] += b;
+    // The decode server fetched only the rows past its own prefix hit (reported as the
+    // response's cached tokens).
+    ASSERT_GE(got.cached, 0);
+    for (const auto& [k, b] : handoff_bytes(g, T - 1, got.cached).per_kind) want_bytes[k] += b;
+    total_cached += got.cached;
     ++n;
   }
   EXPECT_GE(n, 6);
+  EXPECT_GT(total_cached, 0) << "no request reused the decode server's prefix cache";
   // Bytes counted on both ends equal the state-graph formula, kind by kind.
   double sent_total = 0;
   for (const auto& [k, b] : want_bytes) {

@@ -87,6 +87,13 @@ int64_t DeepseekCacheRunner<Model, State, Options>::attach_cached_prefix(SeqId s
 }
 
 template <class Model, class State, class Options>
+int64_t DeepseekCacheRunner<Model, State, Options>::peek_cached_prefix(
+    std::span<const int32_t> tokens) const {
+  if (!cm_->prefix_cache()) return 0;
+  return cm_->manager()->cached_prefix_tokens(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
+template <class Model, class State, class Options>
 int64_t DeepseekCacheRunner<Model, State, Options>::prefix_alignment() const {
   return cm_->prefix_cache() ? cm_->unit() : 0;
 }

@@ -55,6 +55,7 @@ class DeepseekCacheRunner : public ModelRunner {
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   int64_t prefix_alignment() const override;
+  int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override;
   // Paged rows of one unit (graph formulas) + the boundary snapshot stored at every unit
   // boundary under the stored-snapshot policy.
   int64_t prefix_cache_bytes_per_unit() const override;

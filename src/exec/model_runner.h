@@ -98,6 +98,9 @@ class ModelRunner {
   virtual int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
     return 0;
   }
+  // The hit attach_cached_prefix would give a new sequence fed `tokens` right now (pure; the
+  // cache may change before an admission).
+  virtual int64_t peek_cached_prefix(std::span<const int32_t> tokens) const { return 0; }
   // Granularity of prefix-cache hits in tokens; 0 when the runner has no prefix cache.
   virtual int64_t prefix_alignment() const { return 0; }
   // Bytes one cached alignment unit holds in the prefix cache (its growing rows plus any

@@ -194,6 +194,8 @@ void Engine::shutdown() {
       in.stream->push(std::move(e));
     }
     incoming_.clear();
+    for (Probe& p : probes_) p.result->set_value(0);
+    probes_.clear();
   }
   std::vector<RequestId> ids;
   for (auto& [id, a] : active_) ids.push_back(id);
@@ -267,6 +269,18 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
   return stream;
 }
 
+int64_t Engine::peek_cached_prefix(std::vector<int32_t> prompt) {
+  auto result = std::make_shared<std::promise<int64_t>>();
+  std::future<int64_t> f = result->get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return 0;
+    probes_.push_back({std::move(prompt), result});
+  }
+  cv_.notify_all();
+  return f.get();
+}
+
 void Engine::cancel(RequestId id) {
   {
     std::lock_guard lock(mu_);
@@ -285,7 +299,8 @@ void Engine::loop() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !incoming_.empty() || !cancels_.empty() || scheduler_.has_work();
+        return stopping_ || !incoming_.empty() || !cancels_.empty() || !probes_.empty() ||
+               scheduler_.has_work();
       });
       if (stopping_) return;
     }
@@ -325,11 +340,14 @@ bool Engine::iterate() {
   // 1. New requests and cancellations.
   std::deque<Incoming> incoming;
   std::vector<RequestId> cancels;
+  std::vector<Probe> probes;
   {
     std::lock_guard lock(mu_);
     incoming.swap(incoming_);
     cancels.swap(cancels_);
+    probes.swap(probes_);
   }
+  for (Probe& p : probes) p.result->set_value(runner_->peek_cached_prefix(p.tokens));
   const ModelInfo& info = runner_->info();
   for (Incoming& in : incoming) {
     auto a = std::make_unique<Active>();

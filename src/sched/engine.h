@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,11 @@ class Engine {
                                                   SubmitOptions opts = {});
   void cancel(RequestId id);
   EngineStats stats() const;
+  // The prefix-cache hit a request with `prompt` would get if admitted now
+  // (ModelRunner::peek_cached_prefix), asked on the engine thread between steps: the call
+  // waits for the current step. 0 once shutdown() began. A decode server uses it to fetch
+  // only the rows it does not hold (the cache may still change before the admission).
+  int64_t peek_cached_prefix(std::vector<int32_t> prompt);
 
   // Test hook: runs one iteration on the calling thread; false when there was no work.
   bool step_once();
@@ -153,6 +159,11 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Incoming> incoming_;
   std::vector<RequestId> cancels_;
+  struct Probe {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<std::promise<int64_t>> result;
+  };
+  std::vector<Probe> probes_;
   bool stopping_ = false;
   bool stopped_ = false;
   RequestId next_id_ = 1;

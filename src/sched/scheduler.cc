@@ -207,7 +207,9 @@ SchedulePlan Scheduler::plan() {
         break;
       } else {
         ++counters_.handoff_import_failures;
-        if (r->fail_on_import_error) {
+        // FailedPrecondition: the state is intact but starts past what the runner holds now
+        // (its prefix hit was evicted since the fetch): computing locally is always right.
+        if (r->fail_on_import_error && is.code() != StatusCode::kFailedPrecondition) {
           release(r);
           waiting_.pop_front();
           plan.failed.push_back({r->seq, is.with_context("state import")});

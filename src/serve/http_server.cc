@@ -355,9 +355,13 @@ void HttpServer::install_routes() {
       StatusOr<std::shared_ptr<HandoffState>> st = invalid_argument("kv_transfer_params needs "
           "string remote_handle and remote_endpoint");
       if (kvp["remote_handle"].is_string() && kvp.contains("remote_endpoint") &&
-          kvp["remote_endpoint"].is_string())
+          kvp["remote_endpoint"].is_string()) {
+        // Only the rows this server does not hold cross: growing rows from its own prefix
+        // hit on (a unit multiple; the import recomputes if the hit is gone by admission).
+        const int64_t from = engine_->peek_cached_prefix(*prompt);
         st = options_.kv_receiver->fetch(kvp["remote_endpoint"].get<std::string>(),
-                                         kvp["remote_handle"].get<std::string>(), 0);
+                                         kvp["remote_handle"].get<std::string>(), from);
+      }
       if (st.ok()) st = [&]() -> StatusOr<std::shared_ptr<HandoffState>> {
         STRATA_RETURN_IF_ERROR(check_handoff_ids(*prompt, **st));
         return st;

@@ -202,6 +202,23 @@ uint64_t chain_key(uint64_t parent, const int32_t* ids, int64_t n) {
 }
 }  // namespace
 
+int64_t CacheManager::cached_prefix_tokens(const std::vector<int32_t>& tokens) const {
+  const Impl& I = *impl_;
+  if (!opts_.prefix_cache) return 0;
+  const int64_t u = block_tokens_, len = static_cast<int64_t>(tokens.size());
+  uint64_t key = I.root_key;
+  int64_t best = 0;
+  for (int64_t k = 0; (k + 1) * u <= len - 1; ++k) {
+    key = chain_key(key, tokens.data() + k * u, u);
+    auto e = I.entries.find(key);
+    if (e == I.entries.end() ||
+        !std::equal(e->second.tokens.begin(), e->second.tokens.end(), tokens.begin() + k * u))
+      break;
+    if (!I.snapshots || !e->second.snapshot.empty()) best = k + 1;
+  }
+  return best * u;
+}
+
 // ---------------- plan / commit ----------------
 
 StepPlan CacheManager::plan_step(const std::vector<CacheStepItem>& items) const {

@@ -149,6 +149,10 @@ class CacheManager {
   // re-added with add_sequence and may hit its own published prefix.
   void release(CacheSeqId seq);
 
+  // Tokens a new sequence with these ids would get from the prefix cache right now (the hit
+  // plan_step would plan for its first step: whole units, at most tokens.size()-1). Pure.
+  int64_t cached_prefix_tokens(const std::vector<int32_t>& tokens) const;
+
   // ---- plan / commit ----
   StepPlan plan_step(const std::vector<CacheStepItem>& items) const;
   // Scheduler helper: the largest chunk <= max_tokens for an idle sequence that does not step

@@ -222,6 +222,10 @@ void LlamaKvState::end_step() {
   inflight_.reset();
 }
 
+int64_t LlamaKvState::peek_prefix(std::span<const int32_t> tokens) const {
+  return cm_->cached_prefix_tokens(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
 Status LlamaKvState::export_state(int64_t seq, int64_t from_pos, std::span<const int32_t> ids,
                                   HandoffState* out) const {
   auto it = seqs_.find(seq);

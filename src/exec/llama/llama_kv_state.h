@@ -88,6 +88,7 @@ class LlamaKvState {
   // (plans a step over [held, num_tokens), writes the rows raw, publishes full blocks).
   // Errors as ModelRunner::import_handoff.
   const StateGraph& graph() const { return *graph_; }
+  int64_t peek_prefix(std::span<const int32_t> tokens) const;
   Status export_state(int64_t seq, int64_t from_pos, std::span<const int32_t> ids,
                       HandoffState* out) const;
   Status import_state(int64_t seq, std::span<const int32_t> tokens, const HandoffState& st,

@@ -50,6 +50,9 @@ class LlamaRunner : public ModelRunner {
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   int64_t prefix_alignment() const override;
   const StateGraph* state_graph() const override { return &kv_.graph(); }
+  int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override {
+    return kv_.peek_prefix(tokens);
+  }
   Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
                         HandoffState* out) const override {
     return kv_.export_state(seq.value, from_pos, ids, out);
