@@ -16,30 +16,16 @@
 #include <vector>
 
 #include "exec/runner_factory.h"
+#include "runner_fixtures.h"
 #include "state/handoff.h"
 
 namespace strata {
 namespace {
 
-std::string model_dir(const std::string& name) {
-  const char* e = std::getenv("STRATA_SOURCE_DIR");
-  return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/" + name;
-}
+using testing::argmax;
 
 std::unique_ptr<ModelRunner> fresh(const std::string& model, int64_t kv_tokens = 0) {
-  RunnerOptions ro;
-  ro.threads = 2;
-  ro.kv_cache_tokens = kv_tokens;
-  auto r = make_model_runner(model_dir(model), ro);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
-int32_t argmax(const std::vector<float>& v) {
-  size_t b = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[b]) b = i;
-  return static_cast<int32_t>(b);
+  return testing::fresh_runner(model, kv_tokens);
 }
 
 Status feed(ModelRunner& r, SeqId id, std::span<const int32_t> toks, std::vector<float>* logits) {

@@ -36,6 +36,7 @@
 #include "disagg/contract.h"
 #include "exec/runner_factory.h"
 #include "pd_process.h"
+#include "runner_fixtures.h"
 #include "serve/test_http_client.h"
 #include "state/handoff.h"
 
@@ -45,10 +46,7 @@ namespace {
 using Json = nlohmann::json;
 using testing::StrataProcess;
 
-std::string model_dir(const std::string& name) {
-  const char* e = std::getenv("STRATA_SOURCE_DIR");
-  return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/" + name;
-}
+using testing::model_dir;
 
 std::unique_ptr<StrataProcess> serve(const std::string& model, const std::string& name,
                                      std::vector<std::string> extra = {}) {

@@ -22,15 +22,13 @@
 
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/runner_factory.h"
+#include "runner_fixtures.h"
 #include "sched/engine.h"
 
 namespace strata {
 namespace {
 
-std::string model_dir(const std::string& name) {
-  const char* e = std::getenv("STRATA_SOURCE_DIR");
-  return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/" + name;
-}
+using testing::model_dir;
 
 struct Output {
   std::vector<int32_t> ids;
@@ -48,12 +46,7 @@ bool same(const Output& a, const Output& b) {
 }
 
 std::unique_ptr<ModelRunner> make_runner(const std::string& model, int64_t kv_tokens) {
-  RunnerOptions ro;
-  ro.threads = 2;
-  ro.kv_cache_tokens = kv_tokens;
-  auto r = make_model_runner(model_dir(model), ro);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
+  return testing::fresh_runner(model, kv_tokens);
 }
 
 GenerationParams greedy(int64_t max_tokens) {

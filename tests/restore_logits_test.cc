@@ -13,29 +13,14 @@
 #include <vector>
 
 #include "exec/runner_factory.h"
+#include "runner_fixtures.h"
 
 namespace strata {
 namespace {
 
-std::string model_dir(const std::string& name) {
-  const char* e = std::getenv("STRATA_SOURCE_DIR");
-  return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/" + name;
-}
+using testing::argmax;
 
-std::unique_ptr<ModelRunner> fresh(const std::string& model) {
-  RunnerOptions ro;
-  ro.threads = 2;
-  auto r = make_model_runner(model_dir(model), ro);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
-int32_t argmax(const std::vector<float>& v) {
-  size_t b = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[b]) b = i;
-  return static_cast<int32_t>(b);
-}
+std::unique_ptr<ModelRunner> fresh(const std::string& model) { return testing::fresh_runner(model); }
 
 // Admits `prompt` as `seq` (prefix hit allowed), feeds the rest in one step, then `decode`
 // greedy steps. Returns the logits rows (prompt's last, then one per decode step) and

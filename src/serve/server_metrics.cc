@@ -93,17 +93,24 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           static_cast<double>(s.prefix_cache_hits_total));
   counter("num_preemptions_total", "Preemptions (recompute) of running requests.",
           static_cast<double>(s.num_preemptions_total));
-  counter("kv_transfer_exports_total", "States exported for a decode server (prefill role).",
-          static_cast<double>(s.kv_transfer_exports_total));
-  counter("kv_transfer_imports_total", "Received states imported at admission (decode role).",
-          static_cast<double>(s.kv_transfer_imports_total));
-  counter("kv_transfer_imported_tokens_total", "Prompt positions whose state was imported.",
-          static_cast<double>(s.kv_transfer_imported_tokens_total));
-  counter("kv_transfer_import_failures_total", "Imports that failed at admission.",
-          static_cast<double>(s.kv_transfer_import_failures_total));
-  counter("kv_transfer_recomputed_tokens_total",
-          "Prompt tokens computed locally because a handoff failed (recompute policy).",
-          static_cast<double>(s.kv_transfer_recomputed_tokens_total));
+  struct Counter {
+    const char* name;
+    const char* help;
+    int64_t value;
+  };
+  for (const Counter& c : {
+           Counter{"kv_transfer_exports_total", "States exported for a decode server (prefill role).",
+                   s.kv_transfer_exports_total},
+           Counter{"kv_transfer_imports_total", "Received states imported at admission (decode role).",
+                   s.kv_transfer_imports_total},
+           Counter{"kv_transfer_imported_tokens_total", "Prompt positions whose state was imported.",
+                   s.kv_transfer_imported_tokens_total},
+           Counter{"kv_transfer_import_failures_total", "Imports that failed at admission.",
+                   s.kv_transfer_import_failures_total},
+           Counter{"kv_transfer_recomputed_tokens_total",
+                   "Prompt tokens computed locally because a handoff failed (recompute policy).",
+                   s.kv_transfer_recomputed_tokens_total}})
+    counter(c.name, c.help, static_cast<double>(c.value));
   counter("engine_steps_total", "Engine steps (forward passes).",
           static_cast<double>(s.steps_total));
   counter("engine_schedule_seconds_total",
