@@ -5,8 +5,9 @@
 //     router (2 prefill servers, one on tcp, one on ipc, round-robin; streaming and not) give
 //     32 greedy tokens and top-5 logprobs equal (==, JSON round-trip floats) to a colocated
 //     server's; the bytes the decode server counts per state kind, and the prefill servers
-//     send, equal handoff_bytes() (the formula `strata inspect --handoff` prints); no lease
-//     and no running request is left.
+//     send, equal handoff_bytes() from the decode server's own prefix hit (the formula
+//     `strata inspect --handoff` prints from 0); chat completions match too; a client that
+//     hangs up mid-stream frees its request; no lease and no running request is left.
 //   * ContractMismatch: every contract field changed on the decode server alone (the test
 //     hook --kv-transfer-contract-override, and a real edit of config.json) fails the
 //     handshake naming the field (409), the router answers 503 naming it, and no state byte
@@ -189,6 +190,37 @@ void matches_colocated(const std::string& model) {
     ++n;
   }
   EXPECT_GE(n, 6);
+  // Chat completions take the same path (the template is applied on P and D alike).
+  {
+    const Json chat = {{"messages", Json::array({{{"role", "user"}, {"content", "tok1 tok2 tok3"}}})},
+                       {"max_tokens", 8}, {"temperature", 0}, {"return_token_ids", true},
+                       {"ignore_eos", true}};
+    const testing::HttpReply a = testing::http_post(col->port(), "/v1/chat/completions", chat.dump());
+    const testing::HttpReply b = testing::http_post(r->port(), "/v1/chat/completions", chat.dump());
+    if (a.status == 200) {  // models without a tokenizer refuse text (400) on both
+      ASSERT_EQ(b.status, 200) << b.body;
+      EXPECT_EQ(Json::parse(a.body)["choices"][0]["token_ids"],
+                Json::parse(b.body)["choices"][0]["token_ids"]);
+      const int64_t pt = Json::parse(b.body)["usage"]["prompt_tokens"];
+      for (const auto& [k, bytes] : handoff_bytes(g, pt - 1, Json::parse(b.body)["usage"]
+                                                  ["prompt_tokens_details"]["cached_tokens"]).per_kind)
+        want_bytes[k] += bytes;
+      ++n;
+    } else {
+      EXPECT_EQ(b.status, a.status) << b.body;
+    }
+  }
+  // A client that hangs up mid-stream frees the request on the decode server.
+  {
+    const std::vector<int32_t> prompt(base.begin(), base.begin() + 9);
+    const testing::HttpReply h =
+        testing::http_post(r->port(), "/v1/completions", request(prompt, 200, true).dump(), 2);
+    EXPECT_EQ(h.status, 200);
+    for (const auto& [k, bytes] : handoff_bytes(g, 8, 0).per_kind) want_bytes[k] += bytes;
+    for (int i = 0; i < 100 && metric(d->port(), "strata:num_requests_running") > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ++n;  // one more import
+  }
   EXPECT_GT(total_cached, 0) << "no request reused the decode server's prefix cache";
   // Bytes counted on both ends equal the state-graph formula, kind by kind.
   double sent_total = 0;
