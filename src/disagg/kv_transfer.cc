@@ -259,6 +259,13 @@ Status KvTransferReceiver::handshake(const std::string& endpoint) {
   if (!peer.ok()) return fail("malformed", peer.status());
   Status s = compare_handoff_contracts(*peer, contract_);
   if (!s.ok()) return fail("handshake", s.with_context(fmt::format("handshake with {}", endpoint)));
+  // Informational differences (no converter is needed: rows travel by owner and absolute
+  // row), logged by name.
+  for (const auto& [k, v] : peer->info)
+    for (const auto& [k2, v2] : contract_.info)
+      if (k == k2 && v != v2)
+        fmt::print(stderr, "kv transfer: {} differs from this decode server in {} ({} vs {}); "
+                   "supported as is\n", endpoint, k, v, v2);
   std::lock_guard lock(mu_);
   verified_.insert(endpoint);
   return ok_status();

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "exec/deepseek_golden_forward.h"
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 namespace strata {
@@ -23,19 +24,10 @@ StatusOr<std::unique_ptr<DeepseekV4Runner>> DeepseekV4Runner::create(const std::
 
 StatusOr<GoldenStepOutput> DeepseekV4GoldenTarget::forward(std::span<const int32_t> tokens,
                                                            int64_t start_pos) {
-  if (start_pos != seq_->length())
-    return invalid_argument("golden forward at {} but the sequence holds {} tokens", start_pos,
-                            seq_->length());
-  GoldenStepOutput out;
-  V41Routes routes;
   V4ForwardOptions opt;
-  opt.routes = &routes;
   opt.call_shape = shape_;
   if (shape_ == CallShape::kReference) opt.prompt_len = prompt_len_;
-  STRATA_RETURN_IF_ERROR(model_->forward(seq_.get(), tokens, opt, &out.logits));
-  out.moe = std::move(routes.moe);
-  out.index = std::move(routes.index);
-  return out;
+  return deepseek_golden_forward(*model_, *seq_, tokens, start_pos, opt);
 }
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v4_golden_target(const std::string& dir,

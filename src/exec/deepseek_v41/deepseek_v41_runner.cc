@@ -2,6 +2,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 
 #include "base/check.h"
+#include "exec/deepseek_golden_forward.h"
 #include "exec/deepseek_v41/v41_sequence_state.h"
 #include "model/engram_hash.h"
 #include "model/tokenizer.h"
@@ -83,21 +84,12 @@ Status DeepseekV41Runner::replay(SeqId seq, Seq& s, std::span<const int32_t> pro
 
 StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int32_t> tokens,
                                                             int64_t start_pos) {
-  if (start_pos != seq_->length())
-    return invalid_argument("golden forward at {} but the sequence holds {} tokens", start_pos,
-                            seq_->length());
-  GoldenStepOutput out;
-  V41Routes routes;
   V41ForwardOptions opt;
-  opt.routes = &routes;
   opt.call_shape = shape_;
   opt.decode_step = prompt_len_ >= 0 ? start_pos >= prompt_len_
                                      : (tokens.size() == 1 && start_pos > 0);
   if (!opt.decode_step && prompt_len_ >= 0) opt.prompt_len = prompt_len_;
-  STRATA_RETURN_IF_ERROR(model_->forward(seq_.get(), tokens, opt, &out.logits));
-  out.moe = std::move(routes.moe);
-  out.index = std::move(routes.index);
-  return out;
+  return deepseek_golden_forward(*model_, *seq_, tokens, start_pos, opt);
 }
 
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
