@@ -2,14 +2,16 @@
 # Measures prefill/decode disaggregation on this machine: colocated vs 1P1D vs 2P1D (all
 # behind one URL: the server itself, or `strata router`), replaying the Mooncake head-50
 # slice with `strata bench serve`. Usage: scripts/bench_pd.sh [MODEL_DIR] (default
-# models/deepseek-v41-tiny). Writes bench-pd-{colocated,1p1d,2p1d}.json in the current
+# models/deepseek-v41-tiny; BLOCK_TOKENS=N sets --block-tokens, default 16). Writes bench-pd-{colocated,1p1d,2p1d}.json in the current
 # directory and prints each report. Needs a build (scripts/build.sh).
 set -euo pipefail
+OUT_DIR=$PWD
 cd "$(dirname "$0")/.."
 S=build/src/tools/strata
 M=${1:-models/deepseek-v41-tiny}
 TRACE=testdata/traces/mooncake_conversation_head50.jsonl
-BENCH=(--trace "mooncake:$TRACE" --num-requests 50 --block-tokens 64 --time-scale 0.02
+BLOCK=${BLOCK_TOKENS:-16}  # tokens per 512-token trace block: 16 fits all 50 requests in 512
+BENCH=(--trace "mooncake:$TRACE" --num-requests 50 --block-tokens "$BLOCK" --time-scale 0.02
        --length-scale 0.05 --no-progress)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -23,7 +25,7 @@ start() {  # start PORT ARGS...: a strata process, waits until /health answers
 }
 run() {  # run NAME URL
   echo "== $1"
-  "$S" bench serve --url "$2" "${BENCH[@]}" --out "bench-pd-$1.json"
+  "$S" bench serve --url "$2" "${BENCH[@]}" --out "$OUT_DIR/bench-pd-$1.json"
 }
 start 8301 serve --model "$M" --port 8301
 run colocated http://127.0.0.1:8301
