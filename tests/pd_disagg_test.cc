@@ -495,5 +495,26 @@ TEST(PdDisagg, Soak) {
   }
 }
 
+TEST(PdDisagg, ApiKeysThroughTheRouter) {
+  const std::string model = "stories260K";
+  auto p = serve(model, "key-p", {"--disaggregation-mode", "prefill", "--api-key", "backend"});
+  auto d = serve(model, "key-d", {"--disaggregation-mode", "decode", "--api-key", "backend"});
+  ASSERT_TRUE(p && d);
+  auto r = StrataProcess::start({"router", "--prefill", p->url(), "--decode", d->url(), "--port",
+                                 "0", "--api-key", "front", "--backend-api-key", "backend"},
+                                "key-router");
+  ASSERT_TRUE(r);
+  const std::string body = request({1, 2, 3, 4}, 4, false).dump();
+  httplib::Client c("127.0.0.1", r->port());
+  auto no = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->status, 401);
+  auto yes = c.Post("/v1/completions", {{"Authorization", "Bearer front"}}, body, "application/json");
+  ASSERT_TRUE(yes);
+  EXPECT_EQ(yes->status, 200) << yes->body;
+  // The servers themselves refuse a request without their key.
+  EXPECT_EQ(testing::http_post(d->port(), "/v1/completions", body).status, 401);
+}
+
 }  // namespace
 }  // namespace strata

@@ -188,10 +188,25 @@ void HttpServer::wait() {
 
 void HttpServer::install_routes() {
   httplib::Server& s = *server_;
+  const std::vector<KnownRoute> routes = {
+      {"/health", "GET"},           {"/metrics", "GET"},
+      {"/v1/models", "GET"},        {"/v1/disaggregation", "GET"},
+      {"/v1/completions", "POST"},  {"/v1/chat/completions", "POST"},
+      {"/v1/disaggregation/handshake", "POST"}};
+  install_request_guard(s, options_.guard, routes);
 
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler([routes](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e;
+    if (res.status == 404 && !allowed_methods(routes, req.path).empty()) {
+      res.status = 405;  // a known path, another method
+      res.set_header("Allow", allowed_methods(routes, req.path));
+      e = {405, "invalid_request_error", "",
+           fmt::format("method {} is not allowed on {} (allowed: {})", req.method, req.path,
+                       allowed_methods(routes, req.path))};
+      res.set_content(render_error(e), "application/json");
+      return;
+    }
     e.http_status = res.status;
     if (res.status == 413) {
       e.type = "invalid_request_error";

@@ -30,6 +30,7 @@
 #include "base/status.h"
 #include "model/tokenizer.h"
 #include "sched/engine.h"
+#include "serve/request_guard.h"
 #include "serve/server_metrics.h"
 
 namespace httplib {
@@ -56,6 +57,8 @@ struct HttpServerOptions {
   // --kv-load-failure-policy: false = fail (the request ends with an error, 502), true =
   // recompute (the prompt is computed locally; the output equals a colocated run's).
   bool kv_load_failure_recompute = false;
+  // API key, allowed hosts, CORS (serve/request_guard.h).
+  RequestGuardOptions guard;
 };
 
 class HttpServer {

@@ -31,11 +31,11 @@ class SlowRunner : public FakeRunner {
 };
 
 struct Stack {
-  explicit Stack(int64_t max_context = 4096)
+  explicit Stack(int64_t max_context = 4096, RequestGuardOptions guard = {})
       : runner({.vocab = 64, .max_context = max_context}),
         metrics("fake"),
         engine(&runner, nullptr, {}),
-        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false}) {
+        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false, .guard = guard}) {
     engine.set_observer(&metrics);
     engine.start();
     EXPECT_TRUE(http.start().ok());
@@ -124,6 +124,93 @@ TEST(HttpServerTest, BodyLimitAndUnknownRoute) {
   auto n = http_get(s.http.port(), "/v2/nothing");
   EXPECT_EQ(n.status, 404);
   EXPECT_TRUE(json::parse(n.body)["error"].contains("message"));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+httplib::Result raw(int port, const std::string& method, const std::string& path,
+                    httplib::Headers headers = {}, const std::string& body = "",
+                    const std::string& type = "application/json") {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  httplib::Request r;
+  r.method = method;
+  r.path = path;
+  r.headers = std::move(headers);
+  if (!body.empty()) {
+    r.body = body;
+    r.set_header("Content-Type", type);
+  }
+  return c.send(r);
+}
+
+TEST(RequestGuard, ApiKeyOnV1Only) {
+  Stack s(4096, {.api_key = "sekret", .protect_metrics = false, .allowed_hosts = {}, .allowed_origins = {}});
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  auto none = raw(s.http.port(), "POST", "/v1/completions", {}, body);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(none->body.find("authentication_error"), std::string::npos);
+  auto wrong = raw(s.http.port(), "POST", "/v1/completions", {{"Authorization", "Bearer sekreT"}}, body);
+  EXPECT_EQ(wrong->status, 401);
+  auto longer = raw(s.http.port(), "POST", "/v1/completions", {{"Authorization", "Bearer sekret2"}}, body);
+  EXPECT_EQ(longer->status, 401);
+  auto ok = raw(s.http.port(), "POST", "/v1/completions", {{"Authorization", "Bearer sekret"}}, body);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(raw(s.http.port(), "GET", "/v1/models")->status, 401);
+  EXPECT_EQ(raw(s.http.port(), "GET", "/health")->status, 200);
+  EXPECT_EQ(raw(s.http.port(), "GET", "/metrics")->status, 200);
+}
+
+TEST(RequestGuard, ProtectedMetrics) {
+  Stack s(4096, {.api_key = "k", .protect_metrics = true, .allowed_hosts = {}, .allowed_origins = {}});
+  EXPECT_EQ(raw(s.http.port(), "GET", "/metrics")->status, 401);
+  EXPECT_EQ(raw(s.http.port(), "GET", "/metrics", {{"Authorization", "Bearer k"}})->status, 200);
+}
+
+TEST(RequestGuard, ContentTypeMethodsAndOptions) {
+  Stack s;
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  // "Simple" cross-origin POST types are refused.
+  for (const char* t : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"}) {
+    auto r = raw(s.http.port(), "POST", "/v1/completions", {}, body, t);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 415) << t;
+  }
+  EXPECT_EQ(raw(s.http.port(), "POST", "/v1/completions", {}, body, "application/json; charset=utf-8")->status, 200);
+  auto get = raw(s.http.port(), "GET", "/v1/completions");
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST, OPTIONS");
+  EXPECT_EQ(raw(s.http.port(), "DELETE", "/health")->status, 405);
+  EXPECT_EQ(raw(s.http.port(), "GET", "/nope")->status, 404);
+  auto opt = raw(s.http.port(), "OPTIONS", "/v1/chat/completions");
+  EXPECT_EQ(opt->status, 204);
+  EXPECT_EQ(opt->get_header_value("Allow"), "POST, OPTIONS");
+  // CORS is off by default: no Access-Control-Allow-Origin for any origin.
+  auto cors = raw(s.http.port(), "OPTIONS", "/v1/completions", {{"Origin", "http://evil.example"}});
+  EXPECT_FALSE(cors->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST(RequestGuard, AllowedOriginsAndHosts) {
+  Stack s(4096, {.api_key = "", .protect_metrics = false, .allowed_hosts = {"localhost"},
+                 .allowed_origins = {"http://app.example"}});
+  const std::string port = std::to_string(s.http.port());
+  auto bad_host = raw(s.http.port(), "GET", "/health", {{"Host", "rebind.example:" + port}});
+  EXPECT_EQ(bad_host->status, 400);
+  EXPECT_NE(bad_host->body.find("rebind.example"), std::string::npos);
+  auto ok_host = raw(s.http.port(), "GET", "/health", {{"Host", "localhost:" + port}});
+  EXPECT_EQ(ok_host->status, 200);
+  auto pre = raw(s.http.port(), "OPTIONS", "/v1/completions",
+                 {{"Host", "localhost"}, {"Origin", "http://app.example"}});
+  EXPECT_EQ(pre->status, 204);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://app.example");
+  EXPECT_NE(pre->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+  auto other = raw(s.http.port(), "GET", "/health", {{"Host", "localhost"}, {"Origin", "http://evil.example"}});
+  EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
 }
 
 }  // namespace

@@ -39,8 +39,10 @@ void send_error(httplib::Response& res, int status, const std::string& type,
   res.set_content(render_error({status, type, "", msg}), "application/json");
 }
 
-std::unique_ptr<httplib::Client> client(const std::string& url, int timeout_s) {
+std::unique_ptr<httplib::Client> client(const std::string& url, int timeout_s,
+                                        const std::string& auth = "") {
   auto c = std::make_unique<httplib::Client>(url);
+  if (!auth.empty()) c->set_default_headers({{"Authorization", auth}});
   c->set_connection_timeout(5, 0);
   c->set_read_timeout(timeout_s, 0);
   c->set_write_timeout(timeout_s, 0);
@@ -76,7 +78,8 @@ Status Router::check_pair(Pair& pr) {
   if (Clock::now() - pr.checked < std::chrono::seconds(5) && pr.checked != Clock::time_point{})
     return pr.status;
   pr.checked = Clock::now();
-  auto pc = client(pr.p->url, 10);
+  const std::string auth = o_.backend_api_key.empty() ? "" : "Bearer " + o_.backend_api_key;
+  auto pc = client(pr.p->url, 10, auth);
   auto info = pc->Get("/v1/disaggregation");
   if (!info || info->status != 200) {
     pr.status = Status(StatusCode::kUnavailable,
@@ -96,7 +99,7 @@ Status Router::check_pair(Pair& pr) {
     pr.status = Status(StatusCode::kUnavailable, fmt::format("{}: bad /v1/disaggregation: {}", pr.p->url, e.what()));
     return pr.status;
   }
-  auto dc = client(pr.d->url, 30);
+  auto dc = client(pr.d->url, 30, auth);
   auto hs = dc->Post("/v1/disaggregation/handshake", Json{{"remote_endpoint", ep}}.dump(),
                      "application/json");
   if (!hs) {
@@ -149,6 +152,9 @@ Status Router::start() {
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   ListenSocket listen_socket;
   listen_socket.install(*server_);
+  install_request_guard(*server_, o_.guard,
+                        {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
+                         {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}});
   install_routes();
   if (o_.port == 0) {
     port_ = server_->bind_to_any_port(o_.host);
@@ -201,6 +207,8 @@ void Router::install_routes() {
 
   auto route = [this](const std::string& path, const httplib::Request& req, httplib::Response& res) {
     ++requests_;
+    const std::string auth = o_.backend_api_key.empty() ? req.get_header_value("Authorization")
+                                                        : "Bearer " + o_.backend_api_key;
     Json body;
     try {
       body = Json::parse(req.body);
@@ -249,7 +257,7 @@ void Router::install_routes() {
     Json kvp;
     {
       InFlight f(p->in_flight);
-      auto r = client(p->url, o_.timeout_s)->Post(path, pre.dump(), "application/json");
+      auto r = client(p->url, o_.timeout_s, auth)->Post(path, pre.dump(), "application/json");
       if (!r) {
         ++failures_;
         return send_error(res, 502, "bad_gateway", fmt::format("prefill server {} unreachable", p->url));
@@ -274,7 +282,7 @@ void Router::install_routes() {
     const bool stream = body.value("stream", false);
     if (!stream) {
       InFlight f(d->in_flight);
-      auto r = client(d->url, o_.timeout_s)->Post(path, dec.dump(), "application/json");
+      auto r = client(d->url, o_.timeout_s, auth)->Post(path, dec.dump(), "application/json");
       if (!r) {
         ++failures_;
         return send_error(res, 502, "bad_gateway", fmt::format("decode server {} unreachable", d->url));
@@ -287,7 +295,7 @@ void Router::install_routes() {
     const std::string url = d->url, payload = dec.dump();
     const int timeout = o_.timeout_s;
     Backend* db = d;
-    std::thread([relay, url, payload, path, timeout, db] {
+    std::thread([relay, url, payload, path, timeout, db, auth] {
       InFlight f(db->in_flight);
       httplib::Request rq;
       rq.method = "POST";
@@ -308,7 +316,7 @@ void Router::install_routes() {
         relay->cv.notify_all();
         return !relay->cancelled.load();
       };
-      auto r = client(url, timeout)->send(rq);
+      auto r = client(url, timeout, auth)->send(rq);
       std::lock_guard lock(relay->mu);
       if (!r) {
         relay->failed = true;

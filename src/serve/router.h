@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "serve/request_guard.h"
 
 namespace httplib {
 class Server;
@@ -39,6 +40,11 @@ struct RouterOptions {
   std::string policy = "round-robin";  // round-robin | least-loaded | prefix-aware
   int threads = 64;
   int timeout_s = 600;  // per backend request
+  // The router's own API key, hosts and CORS (serve/request_guard.h). The client's
+  // Authorization header is passed on to the prefill and decode servers; `backend_api_key`,
+  // when set, replaces it (servers started with --api-key).
+  RequestGuardOptions guard;
+  std::string backend_api_key;
 };
 
 class Router {

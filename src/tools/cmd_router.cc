@@ -12,6 +12,10 @@ namespace strata::tools {
 namespace {
 
 int run_router(RouterOptions& o) {
+  if (o.guard.api_key.empty())
+    if (const char* k = std::getenv("STRATA_API_KEY")) o.guard.api_key = k;
+  if (o.guard.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    fmt::print(stderr, "strata router: warning: listening on {} without --api-key\n", o.host);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -48,6 +52,14 @@ void setup_router(CLI::App& app) {
       ->check(CLI::IsMember({"round-robin", "least-loaded", "prefix-aware"}))
       ->capture_default_str();
   cmd->add_option("--http-threads", o->threads, "HTTP worker threads")->check(CLI::Range(2, 4096));
+  cmd->add_option("--api-key", o->guard.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* (default: $STRATA_API_KEY)");
+  cmd->add_option("--backend-api-key", o->backend_api_key,
+                  "API key of the prefill/decode servers (default: pass the client's on)");
+  cmd->add_option("--allowed-hosts", o->guard.allowed_hosts,
+                  "Accepted Host header names, comma separated (default: any)")->delimiter(',');
+  cmd->add_option("--allowed-origins", o->guard.allowed_origins,
+                  "CORS origins allowed, comma separated, * for any (default: CORS off)")->delimiter(',');
   cmd->callback([o] { set_exit_code(run_router(*o)); });
 }
 

@@ -29,6 +29,7 @@ struct ServeCli {
   size_t max_body_bytes = 8 << 20;
   DisaggregationOptions disagg;
   std::string kv_load_failure_policy = "fail";
+  RequestGuardOptions guard;
 };
 
 int run_serve(ServeCli& o) {
@@ -64,6 +65,12 @@ int run_serve(ServeCli& o) {
   so.runner.progress = true;
   so.runner.name = o.served_name;
   so.disagg = o.disagg;
+  if (o.guard.api_key.empty())
+    if (const char* k = std::getenv("STRATA_API_KEY")) o.guard.api_key = k;
+  so.http.guard = o.guard;
+  if (o.guard.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    fmt::print(stderr, "strata serve: warning: listening on {} without --api-key: anyone who can "
+               "reach it can use it\n", o.host);
   so.disagg.load_failure_recompute = o.kv_load_failure_policy == "recompute";
   auto stack = ServingStack::start(so);
   if (!stack.ok()) {
@@ -108,6 +115,13 @@ void setup_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413");
+  cmd->add_option("--api-key", o->guard.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* (default: $STRATA_API_KEY)");
+  cmd->add_flag("--protect-metrics", o->guard.protect_metrics, "Require the API key on /metrics too");
+  cmd->add_option("--allowed-hosts", o->guard.allowed_hosts,
+                  "Accepted Host header names, comma separated (default: any)")->delimiter(',');
+  cmd->add_option("--allowed-origins", o->guard.allowed_origins,
+                  "CORS origins allowed, comma separated, * for any (default: CORS off)")->delimiter(',');
   cmd->add_option("--disaggregation-mode", o->disagg.mode,
                   "Prefill/decode disaggregation role: prefill or decode (default: colocated)")
       ->check(CLI::IsMember({"prefill", "decode"}));
