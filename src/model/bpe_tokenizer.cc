@@ -26,8 +26,7 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const nlohmann::json&
     t->ignore_merges_ = model.value("ignore_merges", false);
     t->fuse_unk_ = model.value("fuse_unk", false);
     for (const auto& [tok, idj] : model.at("vocab").items()) {
-      const auto id = idj.get<int32_t>();
-      if (id < 0) return data_loss("{}: negative vocab id for '{}'", path, tok);
+      STRATA_ASSIGN_OR_RETURN(const int32_t id, checked_token_id(idj, root, tok, path));
       if (static_cast<size_t>(id) >= t->tokens_.size()) t->tokens_.resize(static_cast<size_t>(id) + 1);
       t->tokens_[id] = tok;
       t->vocab_.emplace(tok, id);

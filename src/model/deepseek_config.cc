@@ -223,13 +223,19 @@ const char* attn_role_name(AttnRole r) {
   return "?";
 }
 
+// A string field or "" (absent or another type: the typed Reader reports wrong types).
+std::string string_or_empty(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 bool looks_like_deepseek_config(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return false;
-  std::string mt = j.value("model_type", std::string());
+  std::string mt = string_or_empty(j, "model_type");
   if (mt.rfind("deepseek_v4", 0) == 0) return true;
   if (j.contains("text_config") && j["text_config"].is_object() &&
-      j["text_config"].value("model_type", std::string()).rfind("deepseek_v4", 0) == 0)
+      string_or_empty(j["text_config"], "model_type").rfind("deepseek_v4", 0) == 0)
     return true;
   return j.contains("compress_ratios") &&
          (j.contains("dim") || j.contains("hidden_size") || j.contains("text_config"));
@@ -243,7 +249,9 @@ StatusOr<DeepseekConfig> parse_deepseek_config_json(std::string_view text) {
   if (auto it = j.find("architectures"); it != j.end() && it->is_array())
     for (const auto& a : *it)
       if (a.is_string()) c.architectures.push_back(a.get<std::string>());
-  c.model_type = j.value("model_type", std::string());
+  if (auto it = j.find("model_type"); it != j.end() && !it->is_string() && !it->is_null())
+    return invalid_argument("config field 'model_type': expected a string, got {}", it->type_name());
+  c.model_type = string_or_empty(j, "model_type");
 
   const json* text_cfg = nullptr;
   if (auto it = j.find("text_config"); it != j.end()) {

@@ -27,14 +27,37 @@ std::optional<std::string> config_token(const nlohmann::json& cfg, const char* k
 
 }  // namespace
 
+int64_t HfTokenizerBase::max_token_id(const nlohmann::json& root) {
+  int64_t n = 0;
+  if (root.contains("model") && root["model"].is_object() && root["model"].contains("vocab") &&
+      root["model"]["vocab"].is_object())
+    n += static_cast<int64_t>(root["model"]["vocab"].size());
+  if (root.contains("added_tokens") && root["added_tokens"].is_array())
+    n += static_cast<int64_t>(root["added_tokens"].size());
+  return 2 * n + 1024;
+}
+
+StatusOr<int32_t> HfTokenizerBase::checked_token_id(const nlohmann::json& id,
+                                                    const nlohmann::json& root,
+                                                    const std::string& token,
+                                                    const std::string& path) {
+  if (!id.is_number_integer())
+    return data_loss("{}: the id of token '{}' is not an integer", path, token);
+  const int64_t v = id.get<int64_t>();
+  const int64_t hi = max_token_id(root);
+  if (v < 0 || v > hi)
+    return data_loss("{}: token '{}' has id {}, outside [0, {}] (the ids a file of this size "
+                     "can define)", path, token, v, hi);
+  return static_cast<int32_t>(v);
+}
+
 Status HfTokenizerBase::init_common(const nlohmann::json& root, const std::string& path) {
   try {
     // Added tokens.
     if (root.contains("added_tokens") && root.at("added_tokens").is_array()) {
       for (const auto& t : root.at("added_tokens")) {
-        const auto id = t.at("id").get<int32_t>();
         const auto content = t.at("content").get<std::string>();
-        if (id < 0) return invalid_argument("negative added token id {}", id);
+        STRATA_ASSIGN_OR_RETURN(const int32_t id, checked_token_id(t.at("id"), root, content, path));
         if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
         tokens_[id] = content;
         vocab_[content] = id;

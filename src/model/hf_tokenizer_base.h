@@ -58,6 +58,14 @@ class HfTokenizerBase : public Tokenizer {
   // normalizer, pre_tokenizer, decoder; finds BOS/EOS (tokenizer_config.json next to
   // `path`); precomputes each token's decoded bytes.
   Status init_common(const nlohmann::json& root, const std::string& path);
+  // The largest token id a tokenizer.json of this size may define: twice its vocab and
+  // added-token entries, plus 1024 (ids index a dense table, so a file must not make it
+  // larger than the file itself warrants; issue 24 item 2).
+  static int64_t max_token_id(const nlohmann::json& root);
+  // A vocab / added-token id as int32 in [0, max_token_id(root)]; DataLoss naming the token
+  // otherwise.
+  static StatusOr<int32_t> checked_token_id(const nlohmann::json& id, const nlohmann::json& root,
+                                            const std::string& token, const std::string& path);
 
   // Model vocabulary plus added tokens: string -> id, and id -> string ("" for holes).
   std::unordered_map<std::string, int32_t> vocab_;

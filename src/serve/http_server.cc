@@ -444,8 +444,9 @@ void HttpServer::install_routes() {
                     "application/json");
   };
 
-  auto guarded = [generate](ApiEndpoint ep) {
-    return [generate, ep](const httplib::Request& req, httplib::Response& res) {
+  auto guarded = [this, generate](ApiEndpoint ep) {
+    return [this, generate, ep](const httplib::Request& req, httplib::Response& res) {
+      if (body_too_large(req, res, options_.max_body_bytes)) return;
       try {
         generate(ep, req, res);
       } catch (const std::exception& e) {

@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -211,6 +216,58 @@ TEST(RequestGuard, AllowedOriginsAndHosts) {
   EXPECT_NE(pre->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
   auto other = raw(s.http.port(), "GET", "/health", {{"Host", "localhost"}, {"Origin", "http://evil.example"}});
   EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Sends `text` on a plain TCP connection and returns what comes back (up to 64 KiB, 3 s).
+std::string raw_socket(int port, const std::string& text) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return "";
+  }
+  timeval tv{3, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)!write(fd, text.data(), text.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < 65536) {
+    out.append(buf, static_cast<size_t>(n));
+    if (out.find("\r\n\r\n") != std::string::npos) break;
+  }
+  close(fd);
+  return out;
+}
+
+TEST(RequestGuard, ChunkedBodiesHaveTheLimitAndSmugglingIsRefused) {
+  Stack s;  // max_body_bytes 4096
+  httplib::Client c("127.0.0.1", s.http.port());
+  const std::string big = R"({"prompt": [1], "max_tokens": 1, "pad": ")" + std::string(20000, 'a') + "\"}";
+  auto r = c.Post(
+      "/v1/completions",
+      [&](size_t offset, httplib::DataSink& sink) {
+        sink.write(big.data() + offset, big.size() - offset);
+        sink.done();
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  const std::string both = raw_socket(
+      s.http.port(),
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(both.rfind("HTTP/1.1 400", 0), 0u) << both;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "serve/openai_api.h"
 
+#include <cstdint>
+
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +27,10 @@ Status get_int(const json& body, const char* key, int64_t* out) {
   if (!given(body, key)) return ok_status();
   const json& v = body.at(key);
   if (!v.is_number_integer()) return wrong_type(key, "an integer");
+  // Unsigned values past int64 would wrap (2^63 read as -2^63): say what the limit is.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return invalid_argument("'{}' is {}, larger than the largest integer accepted ({})", key,
+                            v.get<uint64_t>(), INT64_MAX);
   *out = v.get<int64_t>();
   return ok_status();
 }

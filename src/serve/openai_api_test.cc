@@ -158,3 +158,22 @@ TEST(OpenAiApiTest, RendersResponsesAndChunks) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(OpenAiApiTest, HugeIntegersAreNotWrapped) {
+  auto r = parse_openai_request(ApiEndpoint::kCompletions,
+                                R"({"prompt": "x", "max_tokens": 9223372036854775808})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("9223372036854775808"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("-9223372036854775808"), std::string::npos);
+  EXPECT_TRUE(parse_openai_request(ApiEndpoint::kCompletions,
+                                   R"({"prompt": "x", "max_tokens": 9223372036854775807})")
+                  .ok());
+}
+
+}  // namespace
+}  // namespace strata

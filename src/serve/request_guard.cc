@@ -39,6 +39,14 @@ httplib::Server::HandlerResponse refuse(httplib::Response& res, int status, cons
 
 }  // namespace
 
+bool body_too_large(const httplib::Request& req, httplib::Response& res, size_t max) {
+  if (max == 0 || req.body.size() <= max) return false;
+  refuse(res, 413, "invalid_request_error",
+         "request body is too large (" + std::to_string(req.body.size()) + " bytes, at most " +
+             std::to_string(max) + ")");
+  return true;
+}
+
 std::string allowed_methods(const std::vector<KnownRoute>& routes, const std::string& path) {
   for (const KnownRoute& r : routes)
     if (r.path == path) return r.methods + ", OPTIONS";
@@ -82,6 +90,9 @@ void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
                       "missing or wrong API key: send 'Authorization: Bearer <key>'");
       }
     }
+    if (req.has_header("Content-Length") && req.has_header("Transfer-Encoding"))
+      return refuse(res, 400, "invalid_request_error",
+                    "a request may not carry both Content-Length and Transfer-Encoding");
     if (req.method == "POST") {
       const std::string ct = req.get_header_value("Content-Type");
       if (ct.rfind("application/json", 0) != 0)

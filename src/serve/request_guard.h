@@ -8,16 +8,20 @@
 //     protect_metrics) needs "Authorization: Bearer KEY", compared in constant time: 401;
 //   * POST bodies must be Content-Type application/json (a text/plain "simple" cross-origin
 //     POST is refused): 415;
-//   * a known path with another method: 405 with Allow (cpp-httplib answers 404).
+//   * a known path with another method: 405 with Allow (cpp-httplib answers 404);
+//   * both Content-Length and Transfer-Encoding (request smuggling): 400.
 // Errors use the OpenAI error body. Thread safety: immutable after construction; the
 // handlers run on the HTTP pool.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace strata {
@@ -28,6 +32,10 @@ struct RequestGuardOptions {
   std::vector<std::string> allowed_hosts;    // Host header names (without port); empty: any
   std::vector<std::string> allowed_origins;  // CORS origins; "*" = any; empty: CORS off
 };
+
+// For POST handlers: true (and a 413 in `res`) when the body read is longer than `max`,
+// which cpp-httplib's own limit does not catch for chunked bodies; call first thing.
+bool body_too_large(const httplib::Request& req, httplib::Response& res, size_t max);
 
 // Known paths and their methods, for 405 / Allow.
 struct KnownRoute {

@@ -148,6 +148,7 @@ Status Router::start() {
       (void)check_pair(*pairs_.back());
     }
   server_ = std::make_unique<httplib::Server>();
+  server_->set_payload_max_length(o_.max_body_bytes);
   const int threads = o_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   ListenSocket listen_socket;
@@ -207,6 +208,7 @@ void Router::install_routes() {
 
   auto route = [this](const std::string& path, const httplib::Request& req, httplib::Response& res) {
     ++requests_;
+    if (body_too_large(req, res, o_.max_body_bytes)) return;
     const std::string auth = o_.backend_api_key.empty() ? req.get_header_value("Authorization")
                                                         : "Bearer " + o_.backend_api_key;
     Json body;

@@ -45,6 +45,7 @@ struct RouterOptions {
   // when set, replaces it (servers started with --api-key).
   RequestGuardOptions guard;
   std::string backend_api_key;
+  size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
 };
 
 class Router {

@@ -114,7 +114,9 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
-  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--api-key", o->guard.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* (default: $STRATA_API_KEY)");
   cmd->add_flag("--protect-metrics", o->guard.protect_metrics, "Require the API key on /metrics too");
