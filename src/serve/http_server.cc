@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -235,7 +236,10 @@ void HttpServer::install_routes() {
                            {"created", static_cast<int64_t>(std::time(nullptr))},
                            {"owned_by", "strata"},
                            {"root", model_name_},
-                           {"max_model_len", engine_->model_info().max_context},
+                           {"max_model_len", options_.max_model_len > 0
+                                                 ? std::min(options_.max_model_len,
+                                                            engine_->model_info().max_context)
+                                                 : engine_->model_info().max_context},
                            {"vocab_size", engine_->model_info().vocab_size},
                            {"prefix_alignment", engine_->prefix_alignment()}};
     nlohmann::json j = {{"object", "list"}, {"data", nlohmann::json::array({card})}};
@@ -346,7 +350,10 @@ void HttpServer::install_routes() {
     }
     StatusOr<std::vector<int32_t>> prompt = build_prompt(r, *engine_);
     if (!prompt.ok()) return send_status(res, prompt.status());
-    const int64_t max_context = engine_->model_info().max_context;
+    const int64_t model_context = engine_->model_info().max_context;
+    const int64_t max_context = options_.max_model_len > 0
+                                    ? std::min(options_.max_model_len, model_context)
+                                    : model_context;
     const int64_t prompt_len = static_cast<int64_t>(prompt->size());
     if (prompt_len >= max_context) {
       return send_status(
@@ -354,6 +361,15 @@ void HttpServer::install_routes() {
                             "prompt has {} tokens (at least one must be left for the output).",
                             max_context, prompt_len));
     }
+    // As vLLM: an explicit max_tokens that does not fit is an error, not a silent clip.
+    if (r.max_tokens_given && r.params.max_tokens > max_context - prompt_len) {
+      return send_status(
+          res, out_of_range("This model's maximum context length is {} tokens. However, you "
+                            "requested {} tokens ({} in the prompt, {} for the completion).",
+                            max_context, prompt_len + r.params.max_tokens, prompt_len,
+                            r.params.max_tokens));
+    }
+    if (!r.max_tokens_given) r.params.max_tokens = std::min(r.params.max_tokens, max_context - prompt_len);
     if (ep == ApiEndpoint::kChat && !r.max_tokens_given) {
       r.params.max_tokens = max_context - prompt_len;
     }

@@ -57,6 +57,10 @@ struct HttpServerOptions {
   // --kv-load-failure-policy: false = fail (the request ends with an error, 502), true =
   // recompute (the prompt is computed locally; the output equals a colocated run's).
   bool kv_load_failure_recompute = false;
+  // --max-model-len: the context limit per request (0: the model's). A prompt plus an
+  // explicit max_tokens past it is a 400 context_length_exceeded (vLLM); without max_tokens,
+  // generation stops at the limit.
+  int64_t max_model_len = 0;
   // API key, allowed hosts, CORS (serve/request_guard.h).
   RequestGuardOptions guard;
 };

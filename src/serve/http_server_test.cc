@@ -36,11 +36,12 @@ class SlowRunner : public FakeRunner {
 };
 
 struct Stack {
-  explicit Stack(int64_t max_context = 4096, RequestGuardOptions guard = {})
+  explicit Stack(int64_t max_context = 4096, RequestGuardOptions guard = {},
+                 int64_t max_model_len = 0)
       : runner({.vocab = 64, .max_context = max_context}),
         metrics("fake"),
         engine(&runner, nullptr, {}),
-        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false, .guard = guard}) {
+        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false, .max_model_len = max_model_len, .guard = guard}) {
     engine.set_observer(&metrics);
     engine.start();
     EXPECT_TRUE(http.start().ok());
@@ -268,6 +269,33 @@ TEST(RequestGuard, ChunkedBodiesHaveTheLimitAndSmugglingIsRefused) {
       "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
       "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
   EXPECT_EQ(both.rfind("HTTP/1.1 400", 0), 0u) << both;
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(HttpServerTest, MaxTokensPastTheContextIsA400) {
+  Stack s;  // context 4096
+  auto over = http_post(s.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 4094})");
+  EXPECT_EQ(over.status, 400);
+  EXPECT_NE(over.body.find("context_length_exceeded"), std::string::npos) << over.body;
+  Stack small(64);
+  EXPECT_EQ(http_post(small.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 61})").status, 200);
+  EXPECT_EQ(http_post(small.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 62})").status, 400);
+  // --max-model-len 10: the same checks against 10 tokens.
+  Stack m(4096, {}, 10);
+  EXPECT_EQ(http_post(m.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 8})").status, 400);
+  auto fits = http_post(m.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 7})");
+  EXPECT_EQ(fits.status, 200) << fits.body;
+  EXPECT_EQ(json::parse(http_get(m.http.port(), "/v1/models").body)["data"][0]["max_model_len"], 10);
+  EXPECT_EQ(http_post(m.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]})").status, 400);
+  // Without max_tokens, generation stops at the limit.
+  auto chat_like = http_post(m.http.port(), "/v1/completions", R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8]})");
+  ASSERT_EQ(chat_like.status, 200);
+  EXPECT_LE(json::parse(chat_like.body)["usage"]["completion_tokens"].get<int>(), 2);
 }
 
 }  // namespace

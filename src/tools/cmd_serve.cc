@@ -15,6 +15,8 @@ namespace {
 
 struct ServeCli {
   std::string model;
+  std::string model_pos;  // positional MODEL
+  int64_t max_model_len = 0;
   std::string served_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -33,6 +35,14 @@ struct ServeCli {
 };
 
 int run_serve(ServeCli& o) {
+  if (!o.model_pos.empty()) {
+    if (!o.model.empty() && o.model != o.model_pos) {
+      fmt::print(stderr, "strata serve: two models given ({} and --model {})\n", o.model_pos, o.model);
+      set_exit_code(2);
+      return 2;
+    }
+    o.model = o.model_pos;
+  }
   if (o.model.empty()) {
     auto d = default_model_dir();
     if (!d.ok()) {
@@ -55,6 +65,7 @@ int run_serve(ServeCli& o) {
   so.http.threads = o.http_threads;
   so.http.max_body_bytes = o.max_body_bytes;
   so.http.model_name = o.served_name;
+  so.http.max_model_len = o.max_model_len;
   so.engine.scheduler.max_num_seqs = o.max_num_seqs;
   so.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   so.engine.scheduler.chunk_size = o.chunk_size;
@@ -97,7 +108,13 @@ int run_serve(ServeCli& o) {
 void setup_serve(CLI::App& app) {
   auto o = std::make_shared<ServeCli>();
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("model_dir", o->model_pos, "Model directory (as vLLM's `serve MODEL`)");
   cmd->add_option("--model", o->model, "Model directory (default: the embedded stories260K)");
+  cmd->add_option("--max-model-len", o->max_model_len,
+                  "Context limit per request in tokens (prompt + max_tokens; 0: the model's); "
+                  "longer requests get 400 context_length_exceeded")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--served-model-name", o->served_name, "Model id in the API (default: directory name)");
   cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1, loopback only)");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));

@@ -7,7 +7,7 @@ namespace strata::tools {
 namespace {
 void setup_version(CLI::App& app) {
   auto* cmd = app.add_subcommand("version", "Print the Strata version");
-  cmd->callback([] { fmt::print("strata 0.1.0\n"); });
+  cmd->callback([] { fmt::print("strata {}\n", kVersion); });
 }
 }  // namespace
 STRATA_REGISTER_COMMAND("version", setup_version);

@@ -15,6 +15,9 @@
 
 namespace strata::tools {
 
+// The version `strata version` and `strata --version` print.
+inline constexpr const char* kVersion = "0.1.0";
+
 using CommandSetup = std::function<void(CLI::App& app)>;
 
 // Registers `setup` under `name`; returns true (for static initialization).

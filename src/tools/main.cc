@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   // named as such by CLI11 instead of "A subcommand is required").
   app.require_subcommand(0, 1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
+  app.set_version_flag("--version", std::string("strata ") + strata::tools::kVersion);
   strata::tools::setup_all_commands(app);
   // Exit status of every command: 0 success, 1 a failure (a model that does not load, a
   // failed validation, a server error), 2 a usage error (bad or missing arguments).
