@@ -533,6 +533,9 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
   t.prompt_tokens = a.prompt_tokens;
   t.generation_tokens = a.generated;
   t.finish_reason = reason;
+  t.id = a.id;
+  t.cached_tokens = cached;
+  if (!error.ok()) t.error = error.message();
   ++counters_.requests_finished_total;
   if (reason == FinishReason::kError) ++counters_.requests_failed_total;
   if (observer_ != nullptr) observer_->on_request_finished(t);

@@ -50,6 +50,9 @@ struct EngineOptions {
 };
 
 struct RequestTimings {
+  RequestId id = 0;
+  int64_t cached_tokens = 0;    // prompt tokens served from the prefix cache
+  std::string error;            // finish reason error: the message
   double queue_s = 0;           // arrival -> first scheduled (0 if never scheduled)
   double ttft_s = -1;           // -1 when no token was produced
   double e2e_s = 0;

@@ -42,6 +42,29 @@ void send_kv_error(httplib::Response& res, const Status& st) {
                    fmt::format("KV transfer failed: {}", st.message())});
 }
 
+// Replaces the "strata:" prefix of every metric name (sample lines and HELP / TYPE lines).
+std::string rename_metrics(const std::string& text, const std::string& prefix) {
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(pos, eol - pos);
+    for (const char* head : {"", "# HELP ", "# TYPE "}) {
+      const std::string h = std::string(head) + "strata:";
+      if (line.rfind(h, 0) == 0) {
+        line = std::string(head) + prefix + line.substr(h.size());
+        break;
+      }
+    }
+    out += line;
+    if (eol < text.size()) out += '\n';
+    pos = eol + 1;
+  }
+  return out;
+}
+
 // vLLM's "kv_transfer_params" object of a request body (null when absent or not an object).
 nlohmann::json kv_transfer_params(const std::string& body) {
   try {
@@ -250,6 +273,7 @@ void HttpServer::install_routes() {
     std::string text = metrics_->render(engine_->stats());
     if (options_.kv_sender != nullptr) text += options_.kv_sender->metrics_text();
     if (options_.kv_receiver != nullptr) text += options_.kv_receiver->metrics_text();
+    if (options_.metrics_prefix != "strata:") text = rename_metrics(text, options_.metrics_prefix);
     res.set_content(text, "text/plain; version=0.0.4");
   });
 

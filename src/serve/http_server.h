@@ -61,6 +61,8 @@ struct HttpServerOptions {
   // explicit max_tokens past it is a 400 context_length_exceeded (vLLM); without max_tokens,
   // generation stops at the limit.
   int64_t max_model_len = 0;
+  // Prefix of every /metrics name ("strata:"; "vllm:" makes vLLM's dashboards work).
+  std::string metrics_prefix = "strata:";
   // API key, allowed hosts, CORS (serve/request_guard.h).
   RequestGuardOptions guard;
 };

@@ -44,6 +44,9 @@ class Histogram {
 class ServerMetrics : public EngineObserver {
  public:
   explicit ServerMetrics(std::string model_name);
+  // One stderr line per finished request (vLLM's request log; off with
+  // --disable-log-requests): id, prompt / output / cached tokens, TTFT, E2E, finish reason.
+  void set_log_requests(bool on) { log_requests_ = on; }
   void on_request_finished(const RequestTimings& t) override;
   // The whole /metrics page for the given engine snapshot.
   std::string render(const EngineStats& stats) const;
@@ -53,6 +56,7 @@ class ServerMetrics : public EngineObserver {
   mutable std::mutex mu_;
   Histogram ttft_, itl_, e2e_, queue_;
   std::map<std::string, int64_t> finished_by_reason_;
+  bool log_requests_ = false;
 };
 
 }  // namespace strata

@@ -1,5 +1,9 @@
 #include "serve/serving_stack.h"
 
+#include <chrono>
+
+#include <fmt/format.h>
+
 namespace strata {
 
 StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& options) {
@@ -15,6 +19,7 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
       options.http.model_name.empty() ? s->runner_->info().name : options.http.model_name;
   s->metrics_ = std::make_unique<ServerMetrics>(name);
   s->engine_ = std::make_unique<Engine>(s->runner_.get(), s->tokenizer_.get(), options.engine);
+  s->metrics_->set_log_requests(options.log.log_requests);
   s->engine_->set_observer(s->metrics_.get());
   s->engine_->start();
   HttpServerOptions http = options.http;
@@ -53,14 +58,50 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
     s->shutdown();
     return st;
   }
+  if (options.log.stats_interval_s > 0) {
+    ServingStack* self = s.get();
+    const double iv = options.log.stats_interval_s;
+    s->stats_thread_ = std::thread([self, iv] { self->log_stats_loop(iv); });
+  }
   return s;
 }
 
 ServingStack::~ServingStack() { shutdown(); }
 
+void ServingStack::log_stats_loop(double interval_s) {
+  EngineStats prev = engine_->stats();
+  auto t_prev = std::chrono::steady_clock::now();
+  std::unique_lock lock(stats_mu_);
+  while (!stats_cv_.wait_for(lock, std::chrono::duration<double>(interval_s),
+                             [&] { return stats_stop_; })) {
+    const EngineStats s = engine_->stats();
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - t_prev).count();
+    const int64_t dp = s.prompt_tokens_total - prev.prompt_tokens_total;
+    const int64_t dg = s.generation_tokens_total - prev.generation_tokens_total;
+    const int64_t dq = s.prefix_cache_queries_total - prev.prefix_cache_queries_total;
+    const int64_t dh = s.prefix_cache_hits_total - prev.prefix_cache_hits_total;
+    if (dp > 0 || dg > 0 || s.num_running > 0 || s.num_waiting > 0)
+      fmt::print(stderr,
+                 "strata: avg prompt throughput {:.1f} tokens/s, avg generation throughput {:.1f} "
+                 "tokens/s, running {} reqs, waiting {} reqs, prefix cache hit rate {:.1f}%, "
+                 "preemptions {}\n",
+                 dp / dt, dg / dt, s.num_running, s.num_waiting, dq > 0 ? 100.0 * dh / dq : 0.0,
+                 s.num_preemptions_total - prev.num_preemptions_total);
+    prev = s;
+    t_prev = now;
+  }
+}
+
 void ServingStack::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_stop_ = true;
+  }
+  stats_cv_.notify_all();
+  if (stats_thread_.joinable()) stats_thread_.join();
   if (engine_) engine_->shutdown();
   if (http_) http_->stop();
   if (kv_sender_) kv_sender_->stop();

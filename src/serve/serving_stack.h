@@ -7,7 +7,10 @@
 // Thread safety: create/shutdown from one controlling thread.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 
 #include "base/status.h"
@@ -31,8 +34,16 @@ struct DisaggregationOptions {
   std::vector<std::string> contract_overrides;  // --kv-transfer-contract-override (tests)
 };
 
+// Logs (vLLM's): a line per finished request, and every interval a throughput line while
+// there is activity.
+struct ServeLogOptions {
+  bool log_requests = true;     // --disable-log-requests turns off
+  double stats_interval_s = 10; // --log-stats-interval; 0 = --disable-log-stats
+};
+
 struct ServeOptions {
   std::string model_dir;
+  ServeLogOptions log;
   HttpServerOptions http;
   EngineOptions engine;
   RunnerOptions runner;
@@ -68,6 +79,11 @@ class ServingStack {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<HttpServer> http_;
   bool shut_down_ = false;
+  void log_stats_loop(double interval_s);
+  std::thread stats_thread_;
+  std::mutex stats_mu_;
+  std::condition_variable stats_cv_;
+  bool stats_stop_ = false;
 };
 
 }  // namespace strata

@@ -32,6 +32,10 @@ struct ServeCli {
   DisaggregationOptions disagg;
   std::string kv_load_failure_policy = "fail";
   RequestGuardOptions guard;
+  bool disable_log_requests = false;
+  bool disable_log_stats = false;
+  double log_stats_interval = 10;
+  std::string metrics_prefix = "strata:";
 };
 
 int run_serve(ServeCli& o) {
@@ -66,6 +70,9 @@ int run_serve(ServeCli& o) {
   so.http.max_body_bytes = o.max_body_bytes;
   so.http.model_name = o.served_name;
   so.http.max_model_len = o.max_model_len;
+  so.http.metrics_prefix = o.metrics_prefix;
+  so.log.log_requests = !o.disable_log_requests;
+  so.log.stats_interval_s = o.disable_log_stats ? 0 : o.log_stats_interval;
   so.engine.scheduler.max_num_seqs = o.max_num_seqs;
   so.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   so.engine.scheduler.chunk_size = o.chunk_size;
@@ -133,6 +140,16 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_flag("--disable-log-requests", o->disable_log_requests,
+                "No log line per finished request");
+  cmd->add_option("--log-stats-interval", o->log_stats_interval,
+                  "Seconds between throughput log lines while busy (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--disable-log-stats", o->disable_log_stats, "No periodic throughput log lines");
+  cmd->add_option("--metrics-prefix", o->metrics_prefix,
+                  "Prefix of the /metrics names (vllm: for vLLM dashboards)")
       ->capture_default_str();
   cmd->add_option("--api-key", o->guard.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* (default: $STRATA_API_KEY)");
