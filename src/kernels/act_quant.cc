@@ -29,24 +29,20 @@ inline float bf16_round(float f) { return round_bf16(f); }
 const float kFp8MaxInv = static_cast<float>(1.0 / 448.0);
 const float kFp4MaxInv = static_cast<float>(1.0 / 6.0);
 
-const float kE2m1Values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
-                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-const float kE2m1Mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-const bool kE2m1TieUp[7] = {false, true, false, true, false, true, false};
 
 inline float fp8_block_scale(float amax, ScaleFmt fmt) {
   amax = std::max(amax, 1e-4f);
   const float t = amax * kFp8MaxInv;
-  return fmt == ScaleFmt::kUe8m0 ? pow2ceil_scale(t) : t;
+  return fmt == ScaleFmt::kUe8m0 ? quant::pow2_ceil(t) : t;
 }
 
 inline float fp4_block_scale(float amax, Fp4ScaleFmt fmt) {
   if (fmt == Fp4ScaleFmt::kE4M3) {
     amax = std::max(amax, 6.0f * 0x1p-9f);
-    return e4m3_round(std::clamp(amax / 6.0f, -kFp8Max, kFp8Max));
+    return quant::e4m3_round(std::clamp(amax / 6.0f, -kFp8Max, kFp8Max));
   }
   amax = std::max(amax, 6.0f * 0x1p-126f);
-  return pow2ceil_scale(amax * kFp4MaxInv);
+  return quant::pow2_ceil(amax * kFp4MaxInv);
 }
 
 inline float block_amax(const float* x, int block) {
@@ -61,7 +57,7 @@ inline float block_amax(const float* x, int block) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// e4m3_round(clamp(x / s, -448, 448)) for 16 lanes, as f32_to_e4m3 + the value table: normal
+// quant::e4m3_round(clamp(x / s, -448, 448)) for 16 lanes, as f32_to_e4m3 + the value table: normal
 // range by rounding the f32 mantissa to 3 bits (half to even), subnormal range (< 2^-6) by
 // the 2^23 trick on x·512, sign restored. Lanes must not be NaN (callers check).
 STRATA_AVX512_AQ inline __m512 e4m3_round16(__m512 x, __m512 s) {
@@ -120,75 +116,6 @@ STRATA_AVX512_AQ bool qdq_block_avx512(float* x, int block, float s) {
 
 }  // namespace
 
-float pow2ceil_scale(float a) {
-  const int32_t bits = static_cast<int32_t>(f32_bits(a));
-  const int32_t exp = (bits >> 23) & 0xff;
-  const int32_t man = bits & ((1 << 23) - 1);
-  const int32_t log2_ceil = exp - 127 + (man != 0 ? 1 : 0);
-  return bits_f32(static_cast<uint32_t>((log2_ceil + 127) << 23));
-}
-
-uint8_t f32_to_e4m3(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7f);
-  const float a = std::fabs(x);
-  if (a >= kFp8Max) return static_cast<uint8_t>(sign | 0x7e);  // saturate (satfinite)
-  if (a < 0x1p-6f) {
-    // subnormal range: multiples of 2^-9. a * 512 < 8 is exact; adding 2^23 rounds it to an
-    // integer (round half to even, the default FP mode), which the subtraction recovers.
-    const int q = static_cast<int>((a * 512.0f + 0x1p23f) - 0x1p23f);  // 0..8 (8 = 2^-6)
-    return static_cast<uint8_t>(sign | q);
-  }
-  // Normal range: round the f32 mantissa to 3 bits, half to even (a carry moves into the
-  // exponent field, as it should).
-  uint32_t r = f32_bits(a);
-  r += 0x7ffffu + ((r >> 20) & 1u);
-  r &= 0xfff00000u;
-  const int biased = static_cast<int>(r >> 23) - 127 + 7;
-  const int mant = static_cast<int>((r >> 20) & 7u);
-  if (biased > 15 || (biased == 15 && mant == 7)) return static_cast<uint8_t>(sign | 0x7e);
-  return static_cast<uint8_t>(sign | (biased << 3) | mant);
-}
-
-namespace {
-float e4m3_code_value(uint8_t c) {
-  const int exp = (c >> 3) & 0xf;
-  const int mant = c & 7;
-  float v;
-  if (exp == 15 && mant == 7) {
-    v = NAN;
-  } else if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -9);
-  } else {
-    v = std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
-  }
-  return (c & 0x80) ? -v : v;
-}
-struct E4m3Table {
-  float v[256];
-  E4m3Table() {
-    for (int c = 0; c < 256; ++c) v[c] = e4m3_code_value(static_cast<uint8_t>(c));
-  }
-};
-const E4m3Table kE4m3Table;
-}  // namespace
-
-float e4m3_round(float x) { return kE4m3Table.v[f32_to_e4m3(x)]; }
-
-uint8_t f32_to_e2m1(float x) {
-  const float mag = std::fabs(x);
-  int code = 0;
-  for (int i = 0; i < 7; ++i) {
-    if (mag > kE2m1Mids[i]) ++code;
-    if (mag == kE2m1Mids[i] && kE2m1TieUp[i]) ++code;
-  }
-  return static_cast<uint8_t>(code | (std::signbit(x) ? 8 : 0));
-}
-
-float e2m1_round(float x) { return kE2m1Values[f32_to_e2m1(x)]; }
-
-float e2m1_value(uint8_t code) { return kE2m1Values[code & 0xf]; }
 
 void act_quant_fp8(const float* x, int64_t rows, int64_t cols, int block, ScaleFmt fmt,
                    uint8_t* q_codes, float* q_vals, float* scales) {
@@ -203,9 +130,9 @@ void act_quant_fp8(const float* x, int64_t rows, int64_t cols, int block, ScaleF
       if (vec && quant_block_avx512(x + off, block, s, q_vals + off)) continue;
       for (int i = 0; i < block; ++i) {
         const float v = std::clamp(x[off + i] / s, -kFp8Max, kFp8Max);
-        const uint8_t c = f32_to_e4m3(v);
+        const uint8_t c = quant::e4m3_encode(v);
         if (q_codes) q_codes[off + i] = c;
-        if (q_vals) q_vals[off + i] = e4m3_round(v);
+        if (q_vals) q_vals[off + i] = quant::e4m3_round(v);
       }
     }
   }
@@ -221,7 +148,7 @@ void act_qdq_fp8(float* x, int64_t rows, int64_t cols, int block, ScaleFmt fmt) 
       const float s = fp8_block_scale(block_amax(p, block), fmt);
       if (vec && qdq_block_avx512(p, block, s)) continue;
       for (int i = 0; i < block; ++i) {
-        const float q = e4m3_round(std::clamp(p[i] / s, -kFp8Max, kFp8Max));
+        const float q = quant::e4m3_round(std::clamp(p[i] / s, -kFp8Max, kFp8Max));
         p[i] = bf16_round(q * s);
       }
     }
@@ -239,8 +166,8 @@ void act_quant_fp4(const float* x, int64_t rows, int64_t cols, int block, Fp4Sca
       scales[r * nb + b] = s;
       for (int i = 0; i < block; ++i) {
         const float v = std::clamp(x[off + i] / s, -kFp4Max, kFp4Max);
-        const uint8_t c = f32_to_e2m1(v);
-        if (q_vals) q_vals[off + i] = kE2m1Values[c];
+        const uint8_t c = quant::e2m1_encode(v);
+        if (q_vals) q_vals[off + i] = quant::e2m1_decode(c);
         if (packed) {
           const int64_t idx = off + i;
           uint8_t& byte = packed[idx / 2];
@@ -263,7 +190,7 @@ void act_qdq_fp4(float* x, int64_t rows, int64_t cols, int block, Fp4ScaleFmt fm
       float* p = x + r * cols + b * block;
       const float s = fp4_block_scale(block_amax(p, block), fmt);
       for (int i = 0; i < block; ++i) {
-        const float q = e2m1_round(std::clamp(p[i] / s, -kFp4Max, kFp4Max));
+        const float q = quant::e2m1_round(std::clamp(p[i] / s, -kFp4Max, kFp4Max));
         p[i] = bf16_round(q * s);
       }
     }

@@ -35,6 +35,8 @@
 
 #include <cstdint>
 
+#include "kernels/quant_formats.h"
+
 namespace strata::kernels {
 
 inline constexpr float kFp8Max = 448.0f;
@@ -49,20 +51,8 @@ enum class Fp4ScaleFmt : uint8_t {
   kE4M3,  // E4M3-rounded scale, default group 16 (V4.1 compressed KV)
 };
 
-// --- scalar primitives (bit-exact) ---
-// 2^ceil(log2(a)) via the f32 bit pattern, exactly as kernel.py's fast_round_scale.
-float pow2ceil_scale(float a);
-// f32 -> E4M3 (fn) code, round-to-nearest-even, saturating to +-448 (NaN -> 0x7F).
-uint8_t f32_to_e4m3(float x);
-// Value of the nearest E4M3 number (same rounding/saturation as f32_to_e4m3).
-float e4m3_round(float x);
-// f32 (clamped by the caller to [-6, 6]) -> 4-bit E2M1 code, RNE, sign in bit 3 (signbit
-// of x, so -0.0 -> 0x8).
-uint8_t f32_to_e2m1(float x);
-// Value of the nearest E2M1 number (x in [-6, 6]).
-float e2m1_round(float x);
-// E2M1 code (low 4 bits) -> value.
-float e2m1_value(uint8_t code);
+// Scalar primitives (pow2_ceil, E4M3 / E2M1 encode, decode, round): kernels/quant_formats.h,
+// the one codec of these formats.
 
 // --- FP8 activation quantization ---
 // q_codes [rows, cols] E4M3 bytes (may be null), q_vals [rows, cols] the same values as f32

@@ -16,52 +16,52 @@ namespace strata::kernels {
 namespace {
 
 TEST(ActQuant, Pow2CeilScale) {
-  EXPECT_EQ(pow2ceil_scale(1.0f), 1.0f);
-  EXPECT_EQ(pow2ceil_scale(1.5f), 2.0f);
-  EXPECT_EQ(pow2ceil_scale(0.75f), 1.0f);
-  EXPECT_EQ(pow2ceil_scale(3.0f), 4.0f);
-  EXPECT_EQ(pow2ceil_scale(0x1p-10f), 0x1p-10f);
-  EXPECT_EQ(pow2ceil_scale(std::nextafter(0x1p-10f, 1.0f)), 0x1p-9f);
+  EXPECT_EQ(quant::pow2_ceil(1.0f), 1.0f);
+  EXPECT_EQ(quant::pow2_ceil(1.5f), 2.0f);
+  EXPECT_EQ(quant::pow2_ceil(0.75f), 1.0f);
+  EXPECT_EQ(quant::pow2_ceil(3.0f), 4.0f);
+  EXPECT_EQ(quant::pow2_ceil(0x1p-10f), 0x1p-10f);
+  EXPECT_EQ(quant::pow2_ceil(std::nextafter(0x1p-10f, 1.0f)), 0x1p-9f);
 }
 
 TEST(ActQuant, E4m3EncodeRoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(f32_to_e4m3(0.0f), 0x00);
-  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);
-  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);    // exp 7 (bias 7), mant 0
-  EXPECT_EQ(f32_to_e4m3(-1.0f), 0xB8);
-  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7E);  // 1.75 * 2^8
-  EXPECT_EQ(f32_to_e4m3(500.0f), 0x7E);  // saturates (satfinite)
-  EXPECT_EQ(f32_to_e4m3(-1e9f), 0xFE);
-  EXPECT_EQ(f32_to_e4m3(240.0f), 0x77);  // 1.875 * 2^7
-  EXPECT_EQ(f32_to_e4m3(0x1p-9f), 0x01);  // smallest subnormal
-  EXPECT_EQ(f32_to_e4m3(0x1p-6f), 0x08);  // smallest normal
-  EXPECT_EQ(f32_to_e4m3(7.0f * 0x1p-9f), 0x07);  // largest subnormal
+  EXPECT_EQ(quant::e4m3_encode(0.0f), 0x00);
+  EXPECT_EQ(quant::e4m3_encode(-0.0f), 0x80);
+  EXPECT_EQ(quant::e4m3_encode(1.0f), 0x38);    // exp 7 (bias 7), mant 0
+  EXPECT_EQ(quant::e4m3_encode(-1.0f), 0xB8);
+  EXPECT_EQ(quant::e4m3_encode(448.0f), 0x7E);  // 1.75 * 2^8
+  EXPECT_EQ(quant::e4m3_encode(500.0f), 0x7E);  // saturates (satfinite)
+  EXPECT_EQ(quant::e4m3_encode(-1e9f), 0xFE);
+  EXPECT_EQ(quant::e4m3_encode(240.0f), 0x77);  // 1.875 * 2^7
+  EXPECT_EQ(quant::e4m3_encode(0x1p-9f), 0x01);  // smallest subnormal
+  EXPECT_EQ(quant::e4m3_encode(0x1p-6f), 0x08);  // smallest normal
+  EXPECT_EQ(quant::e4m3_encode(7.0f * 0x1p-9f), 0x07);  // largest subnormal
   // ties to even
-  EXPECT_EQ(e4m3_round(1.0625f), 1.0f);     // between 1.0 (m0) and 1.125 (m1)
-  EXPECT_EQ(e4m3_round(1.1875f), 1.25f);    // between 1.125 (m1) and 1.25 (m2)
-  EXPECT_EQ(e4m3_round(232.0f), 224.0f);    // between 224 (m6) and 240 (m7)
-  EXPECT_EQ(e4m3_round(0x1p-10f), 0.0f);    // half the smallest subnormal -> 0 (even)
-  EXPECT_EQ(e4m3_round(3.0f * 0x1p-10f), 2.0f * 0x1p-9f);  // 1.5 subnormal steps -> 2
-  EXPECT_EQ(e4m3_round(0.3f), 0.3125f);     // 1.2*2^-2 -> 1.25*2^-2
+  EXPECT_EQ(quant::e4m3_round(1.0625f), 1.0f);     // between 1.0 (m0) and 1.125 (m1)
+  EXPECT_EQ(quant::e4m3_round(1.1875f), 1.25f);    // between 1.125 (m1) and 1.25 (m2)
+  EXPECT_EQ(quant::e4m3_round(232.0f), 224.0f);    // between 224 (m6) and 240 (m7)
+  EXPECT_EQ(quant::e4m3_round(0x1p-10f), 0.0f);    // half the smallest subnormal -> 0 (even)
+  EXPECT_EQ(quant::e4m3_round(3.0f * 0x1p-10f), 2.0f * 0x1p-9f);  // 1.5 subnormal steps -> 2
+  EXPECT_EQ(quant::e4m3_round(0.3f), 0.3125f);     // 1.2*2^-2 -> 1.25*2^-2
   // rounding up across a binade
-  EXPECT_EQ(e4m3_round(1.96875f), 2.0f);    // 1.96875 = 1 + 7.75/8 -> 2.0
-  EXPECT_TRUE(std::isnan(e4m3_round(NAN)));
+  EXPECT_EQ(quant::e4m3_round(1.96875f), 2.0f);    // 1.96875 = 1 + 7.75/8 -> 2.0
+  EXPECT_TRUE(std::isnan(quant::e4m3_round(NAN)));
 }
 
 TEST(ActQuant, E2m1RoundsTiesToEvenCode) {
-  EXPECT_EQ(e2m1_round(0.25f), 0.0f);
-  EXPECT_EQ(e2m1_round(0.75f), 1.0f);
-  EXPECT_EQ(e2m1_round(1.25f), 1.0f);
-  EXPECT_EQ(e2m1_round(1.75f), 2.0f);
-  EXPECT_EQ(e2m1_round(2.5f), 2.0f);
-  EXPECT_EQ(e2m1_round(3.5f), 4.0f);
-  EXPECT_EQ(e2m1_round(5.0f), 4.0f);
-  EXPECT_EQ(e2m1_round(5.01f), 6.0f);
-  EXPECT_EQ(e2m1_round(-2.6f), -3.0f);
-  EXPECT_EQ(f32_to_e2m1(-0.0f), 0x8);
-  EXPECT_EQ(f32_to_e2m1(6.0f), 0x7);
-  EXPECT_EQ(f32_to_e2m1(-6.0f), 0xF);
-  EXPECT_EQ(e2m1_value(0xB), -1.5f);
+  EXPECT_EQ(quant::e2m1_round(0.25f), 0.0f);
+  EXPECT_EQ(quant::e2m1_round(0.75f), 1.0f);
+  EXPECT_EQ(quant::e2m1_round(1.25f), 1.0f);
+  EXPECT_EQ(quant::e2m1_round(1.75f), 2.0f);
+  EXPECT_EQ(quant::e2m1_round(2.5f), 2.0f);
+  EXPECT_EQ(quant::e2m1_round(3.5f), 4.0f);
+  EXPECT_EQ(quant::e2m1_round(5.0f), 4.0f);
+  EXPECT_EQ(quant::e2m1_round(5.01f), 6.0f);
+  EXPECT_EQ(quant::e2m1_round(-2.6f), -3.0f);
+  EXPECT_EQ(quant::e2m1_encode(-0.0f), 0x8);
+  EXPECT_EQ(quant::e2m1_encode(6.0f), 0x7);
+  EXPECT_EQ(quant::e2m1_encode(-6.0f), 0xF);
+  EXPECT_EQ(quant::e2m1_decode(0xB), -1.5f);
 }
 
 TEST(ActQuant, Fp8BlockScaleAndCodes) {
@@ -206,7 +206,7 @@ TEST(ActQuant, E4m3EncodeMatchesExhaustiveNearest) {
   for (float a : xs)
     for (float x : {a, -a}) {
       const uint8_t want = static_cast<uint8_t>(nearest_e4m3_code(std::fabs(x)) | (std::signbit(x) ? 0x80 : 0));
-      ASSERT_EQ(f32_to_e4m3(x), want) << "x=" << x;
+      ASSERT_EQ(quant::e4m3_encode(x), want) << "x=" << x;
     }
 }
 

@@ -56,7 +56,7 @@ struct Luts {
       e4m3[b] = (b & 0x80) ? -v : v;
       e8m0[b] = b == 255 ? NAN : std::ldexp(1.0f, b - 127);
     }
-    for (int c = 0; c < 16; ++c) e2m1[c] = e2m1_value(static_cast<uint8_t>(c));
+    for (int c = 0; c < 16; ++c) e2m1[c] = quant::e2m1_decode(static_cast<uint8_t>(c));
   }
 };
 const Luts& luts() {

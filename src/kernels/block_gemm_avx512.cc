@@ -456,7 +456,7 @@ struct DotTables {
   alignas(64) int32_t rows[2][16];  // VPERMT2PS: tiles (2h, 2h+1) from the (even, odd) lanes
   DotTables() {
     for (int c = 0; c < 32; ++c) {
-      const float v = e2m1_value(static_cast<uint8_t>(c & 15));
+      const float v = quant::e2m1_decode(static_cast<uint8_t>(c & 15));
       uint32_t bits;
       std::memcpy(&bits, &v, 4);
       value[c] = static_cast<uint16_t>(bits >> 16);

@@ -56,33 +56,29 @@ float pow2_ceil(float a) {
   return float_of(e << 23);
 }
 
+// The one scalar codec of the FP8 / FP4 formats (kernels/act_quant and the DeepSeek ops use
+// these too). Encoders work on the f32 bit pattern; round = decode(encode).
 uint8_t e4m3_encode(float x) {
-  if (std::isnan(x)) return 0x7f;
-  uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  float a = std::fabs(x);
-  if (a >= kE4m3Max) return sign | 0x7e;  // saturate (448 = 0x7E)
-  // Find exponent: normal range 2^-6 .. 2^8, 3 mantissa bits; subnormal step 2^-9.
-  int e;
-  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
-  int exp_unbiased = e - 1;  // a in [2^exp, 2^(exp+1))
-  if (a == 0.f) return sign;
-  if (exp_unbiased < -6) {
-    // Subnormal: value = m * 2^-9, m in 0..7 (m == 8 carries into the smallest normal).
-    float m = std::nearbyint(a * 512.0f);  // default rounding mode: ties to even
-    int mi = static_cast<int>(m);
-    if (mi >= 8) return sign | 0x08;
-    return sign | static_cast<uint8_t>(mi);
+  const uint32_t u = bits_of(x);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7f);
+  const float a = std::fabs(x);
+  if (a >= kE4m3Max) return static_cast<uint8_t>(sign | 0x7e);  // saturate (satfinite)
+  if (a < 0x1p-6f) {
+    // Subnormal range: multiples of 2^-9. a * 512 < 8 is exact; adding 2^23 rounds it to an
+    // integer (round half to even, the default FP mode), which the subtraction recovers.
+    const int q = static_cast<int>((a * 512.0f + 0x1p23f) - 0x1p23f);  // 0..8 (8 = 2^-6)
+    return static_cast<uint8_t>(sign | q);
   }
-  // Normal: a = (1 + k/8) * 2^exp. Round k (scaled to 8..16) to nearest even.
-  float scaled = std::ldexp(a, 3 - exp_unbiased);  // in [8, 16)
-  int mant = static_cast<int>(std::nearbyint(scaled));
-  if (mant == 16) {
-    mant = 8;
-    exp_unbiased += 1;
-  }
-  int biased = exp_unbiased + 7;
-  if (biased > 15 || (biased == 15 && mant - 8 == 7)) return sign | 0x7e;
-  return sign | static_cast<uint8_t>((biased << 3) | (mant - 8));
+  // Normal range: round the f32 mantissa to 3 bits, half to even (a carry moves into the
+  // exponent field, as it should).
+  uint32_t r = bits_of(a);
+  r += 0x7ffffu + ((r >> 20) & 1u);
+  r &= 0xfff00000u;
+  const int biased = static_cast<int>(r >> 23) - 127 + 7;
+  const int mant = static_cast<int>((r >> 20) & 7u);
+  if (biased > 15 || (biased == 15 && mant == 7)) return static_cast<uint8_t>(sign | 0x7e);
+  return static_cast<uint8_t>(sign | (biased << 3) | mant);
 }
 
 namespace {
@@ -101,69 +97,30 @@ struct E4m3Lut {
   }
 };
 const E4m3Lut kE4m3Lut;
+const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+// Midpoints between the E2M1 magnitudes and, at each, whether a tie rounds up (to the even
+// code).
+const float kE2m1Mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+const bool kE2m1TieUp[7] = {false, true, false, true, false, true, false};
 }  // namespace
 
 // Table lookup (the state reads decode every cached row each step).
 float e4m3_decode(uint8_t b) { return kE4m3Lut.v[b]; }
-
-float e4m3_round(float x) {
-  if (std::isnan(x)) return x;
-  float a = std::fabs(x);
-  float r;
-  if (a >= kE4m3Max) {
-    r = kE4m3Max;
-  } else if (a < std::ldexp(1.0f, -6)) {
-    r = std::nearbyint(a * 512.0f) / 512.0f;
-  } else {
-    // Spacing of E4M3 numbers in [2^k, 2^(k+1)) is 2^(k-3).
-    int k = static_cast<int>(std::floor(std::log2(a)));
-    if (std::ldexp(1.0f, k) > a) --k;  // guard log2 rounding
-    if (std::ldexp(1.0f, k + 1) <= a) ++k;
-    float step = std::ldexp(1.0f, k - 3);
-    r = std::nearbyint(a / step) * step;
-    if (r > kE4m3Max) r = kE4m3Max;
-  }
-  return std::signbit(x) ? -r : r;
-}
+float e4m3_round(float x) { return kE4m3Lut.v[e4m3_encode(x)]; }
 
 uint8_t e2m1_encode(float x) {
-  static const float kVals[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  float a = std::fabs(x);
-  int best = 0;
-  float bd = std::fabs(a - kVals[0]);
-  for (int k = 1; k < 8; ++k) {
-    float d = std::fabs(a - kVals[k]);
-    if (d < bd || (d == bd && (k % 2) == 0)) {
-      bd = d;
-      best = k;
-    }
+  const float mag = std::fabs(x);
+  int code = 0;
+  for (int i = 0; i < 7; ++i) {
+    if (mag > kE2m1Mids[i]) ++code;
+    if (mag == kE2m1Mids[i] && kE2m1TieUp[i]) ++code;
   }
-  return static_cast<uint8_t>((std::signbit(x) ? 8 : 0) | best);
+  return static_cast<uint8_t>(code | (std::signbit(x) ? 8 : 0));
 }
 
-float e2m1_decode(uint8_t nib) {
-  static const float kVals[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  float v = kVals[nib & 7];
-  return (nib & 8) ? -v : v;
-}
-
-float e2m1_round(float x) {
-  // Grid spacing: 0.5 in [0, 2), 1 in [2, 4), 2 in [4, 6]. Round half to even *code*:
-  // within each segment the even codes are the ones at even multiples of the spacing
-  // (0, 1, 2 | 2 ... ; 4 is code 6 even, 6 code 7 odd) -- except at segment joins:
-  // 1.75 -> 2 (code 4 even), 3.5 -> 4 (code 6 even), 5 -> 4 (code 6 even).
-  float a = std::fabs(x);
-  float r;
-  if (a < 2.f) {
-    r = std::nearbyint(a * 2.f) / 2.f;  // ties: even multiple of 0.5 = even code
-  } else if (a < 4.f) {
-    r = std::nearbyint(a);  // 2.5 -> 2 (code 4), 3.5 -> 4 (code 6): both even codes
-  } else {
-    r = a > 5.f ? 6.f : 4.f;  // 5 -> 4 (code 6 even)
-  }
-  if (r > 6.f) r = 6.f;
-  return std::signbit(x) ? -r : r;
-}
+float e2m1_decode(uint8_t nib) { return kE2m1Values[nib & 15]; }
+float e2m1_round(float x) { return kE2m1Values[e2m1_encode(x)]; }
 
 uint8_t ue8m0_encode(float pow2) {
   uint32_t u = bits_of(pow2);

@@ -30,16 +30,17 @@ inline constexpr float kE2m1Max = 6.0f;
 // 2^ceil(log2(a)) for a > 0 normal, on the f32 bit pattern (exponent, +1 if mantissa != 0).
 float pow2_ceil(float a);
 
-// E4M3 (fn): RNE, saturates to +-448; NaN -> 0x7F. Subnormals (step 2^-9) supported.
+// The single scalar codec of these formats (kernels/act_quant and exec/deepseek_v41/v41_ops
+// use it too).
+// E4M3 (fn): RNE, saturates to +-448; NaN -> sign | 0x7F. Subnormals (step 2^-9) supported.
 uint8_t e4m3_encode(float x);
-float e4m3_decode(uint8_t b);
-// Nearest E4M3 value by float arithmetic (independent of the encoder; same result).
-float e4m3_round(float x);
+float e4m3_decode(uint8_t b);  // table lookup
+float e4m3_round(float x);     // decode(encode(x)): NaN stays NaN
 
-// E2M1: x must already be in [-6, 6]. RNE with ties to the even code.
+// E2M1: RNE with ties to the even code; magnitudes past 6 saturate to 6; NaN -> +-0.
 uint8_t e2m1_encode(float x);
-float e2m1_decode(uint8_t nibble);  // low 4 bits
-float e2m1_round(float x);          // value rounding, independent of the encoder
+float e2m1_decode(uint8_t nibble);  // low 4 bits, table lookup
+float e2m1_round(float x);          // decode(encode(x))
 
 // UE8M0: s must be a positive normal power of two; byte = biased exponent.
 uint8_t ue8m0_encode(float pow2);

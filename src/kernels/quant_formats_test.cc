@@ -249,5 +249,26 @@ TEST(QuantFormats, Fp4DequantizeEveryCodeAndScaleBitExactOnEveryIsa) {
   kernels::set_avx512_enabled(true);
 }
 
+// The one scalar codec: round = decode(encode) everywhere, and magnitudes past the grid
+// saturate (the former nearest-value encoder picked code 6, 4.0, for |x| >= 2^25: the
+// distances to 4 and 6 rounded equal).
+TEST(QuantCodec, RoundIsDecodeOfEncodeAndFp4Saturates) {
+  for (uint64_t u = 0; u < (1ull << 32); u += 9973) {
+    const uint32_t b = static_cast<uint32_t>(u);
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (x != x) continue;
+    const float r4 = e4m3_round(x), d4 = e4m3_decode(e4m3_encode(x));
+    ASSERT_EQ(std::memcmp(&r4, &d4, 4), 0) << x;
+    const float r2 = e2m1_round(x), d2 = e2m1_decode(e2m1_encode(x));
+    ASSERT_EQ(std::memcmp(&r2, &d2, 4), 0) << x;
+  }
+  for (float big : {6.5f, 100.0f, 0x1p25f, 3e38f}) {
+    EXPECT_EQ(e2m1_encode(big), 7) << big;
+    EXPECT_EQ(e2m1_encode(-big), 15) << big;
+    EXPECT_EQ(e4m3_encode(big * 1000), 0x7e) << big;
+  }
+}
+
 }  // namespace
 }  // namespace strata::quant

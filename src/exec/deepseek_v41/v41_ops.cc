@@ -114,33 +114,6 @@ const float kFp4MaxInv = static_cast<float>(1.0 / 6.0);
 
 }  // namespace
 
-float e4m3_decode(uint8_t b) { return luts().e4m3[b]; }
-float e2m1_decode(uint8_t nibble) { return luts().e2m1[nibble & 15]; }
-
-float pow2_ceil(float x) {
-  uint32_t bits = bits_from_f32(x);
-  int32_t e = static_cast<int32_t>((bits >> 23) & 0xFF);
-  uint32_t man = bits & ((1u << 23) - 1);
-  int32_t log2_ceil = e - 127 + (man != 0 ? 1 : 0);
-  return f32_from_bits(static_cast<uint32_t>(log2_ceil + 127) << 23);
-}
-
-// Same rounding as kernels::e4m3_round (RNE, saturating at +-448); NaN passes through.
-float round_e4m3(float x) {
-  if (std::isnan(x)) return x;
-  return kernels::e4m3_round(x);
-}
-
-float round_e2m1(float x) {
-  static const float kMids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  static const bool kTieUp[7] = {false, true, false, true, false, true, false};
-  static const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float mag = std::fabs(x);
-  int code = 0;
-  for (int i = 0; i < 7; ++i) code += (mag > kMids[i]) ? 1 : ((mag == kMids[i] && kTieUp[i]) ? 1 : 0);
-  return std::signbit(x) ? -kGrid[code] : kGrid[code];
-}
-
 void act_quant_row(const float* x, int64_t K, int block, float* q, float* scales) {
   STRATA_CHECK(K % block == 0);
   for (int64_t b = 0; b < K / block; ++b) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/quant_formats.h"
 #include "model/deepseek_v41_weights.h"
 
 namespace strata::v41 {
@@ -39,14 +40,15 @@ struct CallRows {
   static CallRows reference(int64_t base, int64_t n) { return {base, 1, n}; }
 };
 
-float e4m3_decode(uint8_t b);
-float e2m1_decode(uint8_t nibble);
+// The scalar FP8 / FP4 codec is kernels/quant_formats.h's (one implementation).
+using quant::e2m1_decode;
+using quant::e4m3_decode;
 // 2^ceil(log2(x)) on the fp32 bit pattern (exponent field + 1 if mantissa != 0).
-float pow2_ceil(float x);
-// fp32 -> nearest E4M3 value (RNE, saturating at ±448), returned as f32.
-float round_e4m3(float x);
+using quant::pow2_ceil;
+// fp32 -> nearest E4M3 value (RNE, saturating at +-448), returned as f32; NaN passes through.
+inline float round_e4m3(float x) { return x != x ? x : quant::e4m3_round(x); }
 // fp32 in [-6, 6] -> nearest E2M1 value (RNE on the code grid), sign of zero kept.
-float round_e2m1(float x);
+inline float round_e2m1(float x) { return quant::e2m1_round(x); }
 
 // FP8 activation quant of one row (block `block` along K): writes the E4M3 values q[k]
 // (unscaled) and one power-of-two scale per block. x must hold bf16 values.
