@@ -25,6 +25,7 @@
 #include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/golden_validator.h"
+#include "golden_dumps.h"
 #include "model/dtype.h"
 #include "model/engram_hash.h"
 #include "model/safetensors.h"
@@ -114,17 +115,10 @@ TEST(V41Golden, LayerDumpsCase08) {
   ASSERT_TRUE(model);
   std::vector<int64_t> p64 = to_i64(g.t("case08.prompt"));
   std::vector<int32_t> prompt(p64.begin(), p64.end());
-  auto seq = model->new_sequence();
-  std::map<std::string, std::vector<float>> got;
-  V41ForwardOptions opt;
-  opt.call_shape = CallShape::kReference;  // the reference's whole-prompt call, bit for bit
-  opt.dump = [&](const std::string& n, const float* d, const std::vector<int64_t>& shape) {
-    int64_t k = 1;
-    for (auto s : shape) k *= s;
-    got[n].assign(d, d + k);
-  };
-  std::vector<float> logits;
-  ASSERT_TRUE(model->forward(seq.get(), prompt, opt, &logits).ok());
+  const testing::ReferenceRun run = testing::reference_layer_dumps<V41ForwardOptions>(*model, prompt);
+  ASSERT_FALSE(run.logits.empty());
+  const auto& got = run.dumps;
+  const std::vector<float>& logits = run.logits;
   // Report per tensor: max |Δ| relative to the golden row RMS, and the fraction of elements
   // that are bit-identical.
   double worst_early = 0, worst_all = 0;

@@ -20,6 +20,7 @@
 #include "exec/deepseek_v4/deepseek_v4_model.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
+#include "golden_dumps.h"
 #include "exec/runner_factory.h"
 #include "model/dtype.h"
 #include "model/safetensors.h"
@@ -59,17 +60,10 @@ TEST(V4Golden, LayerDumpsCase08) {
     std::memcpy(&v, pt.data + 8 * i, 8);
     prompt[i] = static_cast<int32_t>(v);
   }
-  auto seq = (*model)->new_sequence();
-  std::map<std::string, std::vector<float>> got;
-  V4ForwardOptions opt;
-  opt.call_shape = CallShape::kReference;  // the reference's whole-prompt call, bit for bit
-  opt.dump = [&](const std::string& n, const float* d, const std::vector<int64_t>& shape) {
-    int64_t k = 1;
-    for (auto s : shape) k *= s;
-    got[n].assign(d, d + k);
-  };
-  std::vector<float> logits;
-  ASSERT_TRUE((*model)->forward(seq.get(), prompt, opt, &logits).ok());
+  const testing::ReferenceRun run = testing::reference_layer_dumps<V4ForwardOptions>(**model, prompt);
+  ASSERT_FALSE(run.logits.empty());
+  const auto& got = run.dumps;
+  const std::vector<float>& logits = run.logits;
   double worst_early = 0;
   int compared = 0;
   for (const auto& [name, v] : got) {

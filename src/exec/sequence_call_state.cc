@@ -2,6 +2,7 @@
 #include "exec/sequence_call_state.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "base/check.h"
@@ -19,12 +20,19 @@ SequenceCallState::~SequenceCallState() {
   if (owned_ && in_call_) owned_->end_step();
 }
 
-void SequenceCallState::adopt(std::unique_ptr<SequenceCache> owned) { owned_ = std::move(owned); }
-
-int64_t SequenceCallState::graph_bytes() const {
-  const StateGraph& g = cm_->graph();
-  return g.bytes_per_request_fixed() +
-         static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
+int64_t SequenceCallState::bytes() const {
+  if (cm_) {
+    const StateGraph& g = cm_->graph();
+    return g.bytes_per_request_fixed() +
+           static_cast<int64_t>(g.bytes_per_token() * static_cast<double>(length_));
+  }
+  int64_t b = 0;
+  for (const LegacyRows& l : legacy_rows_) {
+    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size()) * 4;
+    for (int i = 0; i < 2; ++i)
+      b += static_cast<int64_t>(l.comp_kv[i].size() + l.comp_score[i].size()) * 4;
+  }
+  return b;
 }
 
 namespace {
@@ -38,45 +46,64 @@ void append_row(std::vector<float>& v, int64_t g, int64_t width, const float* x)
 }
 }  // namespace
 
-void SequenceCallState::init_legacy_rows(int n_layers, int64_t head_dim, int64_t index_head_dim,
-                                         int64_t window) {
-  head_dim_ = head_dim;
-  index_head_dim_ = index_head_dim;
-  window_ = window;
-  legacy_rows_.assign(static_cast<size_t>(n_layers), LegacyRows{});
-  for (LegacyRows& l : legacy_rows_) l.window.assign(static_cast<size_t>(window * head_dim), 0.0f);
+void SequenceCallState::init_legacy(
+    const DeepseekConfig& c, const std::function<int64_t(int layer, bool index)>& compressor_floats) {
+  head_dim_ = c.head_dim;
+  index_head_dim_ = c.index_head_dim;
+  window_ = c.window_size;
+  legacy_rows_.assign(static_cast<size_t>(c.n_layers), LegacyRows{});
+  for (int l = 0; l < c.n_layers; ++l) {
+    LegacyRows& r = legacy_rows_[l];
+    r.window.assign(static_cast<size_t>(window_ * head_dim_), 0.0f);
+    for (int i = 0; i < 2; ++i) {
+      const int64_t n = compressor_floats(l, i == 1);
+      if (n <= 0) continue;
+      r.comp_kv[i].assign(static_cast<size_t>(n), 0.0f);
+      r.comp_score[i].assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+    }
+  }
 }
 
-int64_t SequenceCallState::legacy_row_bytes() const {
-  int64_t b = 0;
-  for (const LegacyRows& l : legacy_rows_)
-    b += static_cast<int64_t>(l.window.size() + l.compressed.size() + l.index_keys.size()) * 4;
-  return b;
+void SequenceCallState::compressor_get(int layer, bool index, int64_t n, float* kv,
+                                       float* score) const {
+  if (cm_) return cm_->get_compressor_state(seq_, layer, index, kv, score);
+  const LegacyRows& r = legacy_rows_[layer];
+  STRATA_CHECK(static_cast<int64_t>(r.comp_kv[index].size()) == n);
+  std::copy_n(r.comp_kv[index].data(), n, kv);
+  std::copy_n(r.comp_score[index].data(), n, score);
+}
+void SequenceCallState::compressor_put(int layer, bool index, int64_t n, const float* kv,
+                                       const float* score) {
+  if (cm_) return cm_->set_compressor_state(seq_, layer, index, kv, score);
+  LegacyRows& r = legacy_rows_[layer];
+  STRATA_CHECK(static_cast<int64_t>(r.comp_kv[index].size()) == n);
+  std::copy_n(kv, n, r.comp_kv[index].data());
+  std::copy_n(score, n, r.comp_score[index].data());
 }
 
-void SequenceCallState::window_row_get(int layer, int64_t pos, float* out) const {
+void SequenceCallState::read_window_row(int layer, int64_t pos, float* out) const {
   if (cm_) return cm_->read_window_row(seq_, layer, pos, out);
   std::copy_n(&legacy_rows_[layer].window[(pos % window_) * head_dim_], head_dim_, out);
 }
-void SequenceCallState::window_row_put(int layer, int64_t pos, const float* x) {
+void SequenceCallState::write_window_row(int layer, int64_t pos, const float* x) {
   if (cm_) return cm_->write_window_row(seq_, layer, pos, x);
   std::copy_n(x, head_dim_, &legacy_rows_[layer].window[(pos % window_) * head_dim_]);
 }
-void SequenceCallState::compressed_rows_get(int owner, int64_t g0, int64_t n, float* out) const {
+void SequenceCallState::read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const {
   if (n <= 0) return;
   if (cm_) return cm_->read_compressed_rows(seq_, owner, g0, n, out);
   read_rows(legacy_rows_[owner].compressed, g0, n, head_dim_, out);
 }
-void SequenceCallState::compressed_row_put(int owner, int64_t g, const float* x) {
+void SequenceCallState::write_compressed_row(int owner, int64_t g, const float* x) {
   if (cm_) return cm_->write_compressed_row(seq_, owner, g, x);
   append_row(legacy_rows_[owner].compressed, g, head_dim_, x);
 }
-void SequenceCallState::index_keys_get(int owner, int64_t g0, int64_t n, float* out) const {
+void SequenceCallState::read_index_keys(int owner, int64_t g0, int64_t n, float* out) const {
   if (n <= 0) return;
   if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
   read_rows(legacy_rows_[owner].index_keys, g0, n, index_head_dim_, out);
 }
-void SequenceCallState::index_key_put(int owner, int64_t g, const float* x) {
+void SequenceCallState::write_index_key(int owner, int64_t g, const float* x) {
   if (cm_) return cm_->write_index_key(seq_, owner, g, x);
   append_row(legacy_rows_[owner].index_keys, g, index_head_dim_, x);
 }

@@ -12,12 +12,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
-
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "model/deepseek_config.h"
+#include "state/sequence_cache.h"
 
 namespace strata {
 
@@ -43,31 +46,47 @@ class SequenceCallState {
   Status begin_call(std::span<const int32_t> tokens);
   // Ends the call and advances length by the call's tokens.
   void end_call(int64_t n_tokens);
+  // Bytes held by this sequence: the graph's per-kind formulas at the current length (fixed
+  // per request + per token x length) on the state-module backends, the mirror's f32 bytes
+  // on the legacy backend.
+  int64_t bytes() const;
 
  protected:
   SequenceCallState() = default;  // legacy backend
   SequenceCallState(CacheManager* cm, int64_t seq, int64_t length);
   ~SequenceCallState();
-  // Takes ownership of the cache the state lives in (create()).
-  void adopt(std::unique_ptr<SequenceCache> owned);
-  // State-module backends: bytes held at the current length (the graph's per-kind formulas:
-  // fixed per request + per token x length).
-  int64_t graph_bytes() const;
-  // The row kinds both DeepSeek adapters store alike: the window ring of `layer` (head_dim
+  // The adapters' create(): a T over an owned SequenceCache of `graph` (which must outlive
+  // it) with capacity `max_tokens` positions; T(c, cm, seq, 0) must be accessible.
+  template <class T>
+  static StatusOr<std::unique_ptr<T>> create_owned(const DeepseekConfig& c, const StateGraph& graph,
+                                                   int64_t max_tokens) {
+    STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens));
+    std::unique_ptr<T> s(new T(c, &sc->cache(), sc->seq(), 0));
+    s->owned_ = std::move(sc);
+    return s;
+  }
+  // The row kinds both DeepSeek adapters store alike (an adapter exposes them with `using`,
+  // or wraps one with its own rule of the same name): the window ring of `layer` (head_dim
   // rows, slot pos mod window) and the growing compressed-KV (head_dim) / index-key
   // (index_head_dim) rows of an owner layer; through the CacheManager on the state-module
   // backends, else in the legacy f32 mirror below (rows appended in order; reads CHECK that
   // the rows exist, appends that the row is the next one).
-  void window_row_get(int layer, int64_t pos, float* out) const;
-  void window_row_put(int layer, int64_t pos, const float* x);
-  void compressed_rows_get(int owner, int64_t g0, int64_t n, float* out) const;
-  void compressed_row_put(int owner, int64_t g, const float* x);
-  void index_keys_get(int owner, int64_t g0, int64_t n, float* out) const;
-  void index_key_put(int owner, int64_t g, const float* x);
-  // Legacy backend: allocates the mirror (zero rings) for n_layers layers.
-  void init_legacy_rows(int n_layers, int64_t head_dim, int64_t index_head_dim, int64_t window);
-  // Legacy backend: bytes of the mirror's rows.
-  int64_t legacy_row_bytes() const;
+  void read_window_row(int layer, int64_t pos, float* out) const;
+  void write_window_row(int layer, int64_t pos, const float* x);
+  void read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const;
+  void write_compressed_row(int owner, int64_t g, const float* x);
+  void read_index_keys(int owner, int64_t g0, int64_t n, float* out) const;
+  void write_index_key(int owner, int64_t g, const float* x);
+  // A compressor's partial state (`index`: the CSA indexer's compressor, V4 only): kv and
+  // score, n floats each (the layer's size, which the legacy mirror CHECKs), through the
+  // CacheManager or the mirror.
+  void compressor_get(int layer, bool index, int64_t n, float* kv, float* score) const;
+  void compressor_put(int layer, bool index, int64_t n, const float* kv, const float* score);
+  // Legacy backend: allocates the mirror for `c`: zero window rings, no rows, and for each
+  // (layer, index) where compressor_floats(layer, index) > 0 a fresh partial state (kv 0,
+  // score -inf) of that many floats each.
+  void init_legacy(const DeepseekConfig& c,
+                   const std::function<int64_t(int layer, bool index)>& compressor_floats);
 
   std::unique_ptr<SequenceCache> owned_;
   CacheManager* cm_ = nullptr;
@@ -78,6 +97,7 @@ class SequenceCallState {
  private:
   struct LegacyRows {
     std::vector<float> window, compressed, index_keys;
+    std::vector<float> comp_kv[2], comp_score[2];  // [index]: main, indexer compressor
   };
   std::vector<LegacyRows> legacy_rows_;
   int64_t head_dim_ = 0, index_head_dim_ = 0, window_ = 0;

@@ -82,32 +82,14 @@ Status V41WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool d
 
   // MoE.
   const std::string f = p + "ffn.";
-  const int64_t E = ls.n_routed_experts, I = c.moe_inter_dim;
+  const int64_t E = ls.n_routed_experts;
   STRATA_ASSIGN_OR_RETURN(b->ffn.gate_weight, get(f + "gate.weight", DType::kBF16, {E, D}));
   STRATA_ASSIGN_OR_RETURN(b->ffn.gate_bias, get(f + "gate.bias", DType::kF32, {E}));
   STRATA_ASSIGN_OR_RETURN(b->ffn.gate_bias_vl, get_optional(f + "gate.bias_vl", DType::kF32, {E}));
   if (!draft) group = kExperts;
-  b->ffn.experts.resize(E);
-  const bool fp4 = c.expert_dtype == "fp4";
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = fmt::format("{}experts.{}.", f, e);
-    V41ExpertWeights& ew = b->ffn.experts[e];
-    if (fp4) {
-      STRATA_ASSIGN_OR_RETURN(ew.w1, fp4_linear(x + "w1", I, D));
-      STRATA_ASSIGN_OR_RETURN(ew.w2, fp4_linear(x + "w2", D, I));
-      STRATA_ASSIGN_OR_RETURN(ew.w3, fp4_linear(x + "w3", I, D));
-    } else {
-      STRATA_ASSIGN_OR_RETURN(ew.w1, fp8_linear(x + "w1", I, D, blk));
-      STRATA_ASSIGN_OR_RETURN(ew.w2, fp8_linear(x + "w2", D, I, blk));
-      STRATA_ASSIGN_OR_RETURN(ew.w3, fp8_linear(x + "w3", I, D, blk));
-    }
-  }
+  STRATA_RETURN_IF_ERROR(load_routed_experts(c, f, E, blk, &b->ffn.experts));
   group = draft ? kDraft : kBackbone;
-  if (c.n_shared_experts != 1)
-    return failed_precondition("n_shared_experts = {}: the V4.1 reference requires 1", c.n_shared_experts);
-  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w1, fp8_linear(f + "shared_experts.w1", I, D, blk));
-  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w2, fp8_linear(f + "shared_experts.w2", D, I, blk));
-  STRATA_ASSIGN_OR_RETURN(b->ffn.shared.w3, fp8_linear(f + "shared_experts.w3", I, D, blk));
+  STRATA_RETURN_IF_ERROR(load_shared_expert(c, f, blk, "V4.1", &b->ffn.shared));
 
   // Engram.
   if (!draft && ls.engram_before) {

@@ -127,11 +127,15 @@ struct V41MhcWeights {
   std::shared_ptr<const kernels::PackedSeqWeight> fn_packed;  // pack_for_kernels
 };
 
-struct V41BlockWeights {
+// What every V4 / V4.1 block (backbone layer, DSpark stage, MTP layer) has alike.
+struct DeepseekBlockCommon {
   int layer_id = 0;
   std::string prefix;     // "layers.N." or "mtp.K."
   TensorView attn_norm, ffn_norm;
   V41MhcWeights hc_attn, hc_ffn;
+};
+
+struct V41BlockWeights : DeepseekBlockCommon {
   V41AttentionWeights attn;
   V41MoeWeights ffn;
   V41EngramWeights engram;

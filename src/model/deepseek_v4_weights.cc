@@ -58,7 +58,7 @@ Status V4WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool mt
   }
 
   const std::string f = p + "ffn.";
-  const int64_t E = ls.n_routed_experts, I = c.moe_inter_dim, K = ls.n_activated_experts;
+  const int64_t E = ls.n_routed_experts, K = ls.n_activated_experts;
   V4MoeWeights& mo = b->ffn;
   mo.hash = ls.hash_routed;
   STRATA_ASSIGN_OR_RETURN(mo.gate_weight, get(f + "gate.weight", DType::kBF16, {E, D}));
@@ -82,26 +82,8 @@ Status V4WeightLoader::load_block(const DeepseekConfig& c, int layer_id, bool mt
   } else {
     STRATA_ASSIGN_OR_RETURN(mo.gate_bias, get(f + "gate.bias", DType::kF32, {E}));
   }
-  mo.experts.resize(E);
-  const bool fp4 = c.expert_dtype == "fp4";
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = fmt::format("{}experts.{}.", f, e);
-    V41ExpertWeights& ew = mo.experts[e];
-    if (fp4) {
-      STRATA_ASSIGN_OR_RETURN(ew.w1, fp4_linear(x + "w1", I, D));
-      STRATA_ASSIGN_OR_RETURN(ew.w2, fp4_linear(x + "w2", D, I));
-      STRATA_ASSIGN_OR_RETURN(ew.w3, fp4_linear(x + "w3", I, D));
-    } else {
-      STRATA_ASSIGN_OR_RETURN(ew.w1, fp8_linear(x + "w1", I, D, blk));
-      STRATA_ASSIGN_OR_RETURN(ew.w2, fp8_linear(x + "w2", D, I, blk));
-      STRATA_ASSIGN_OR_RETURN(ew.w3, fp8_linear(x + "w3", I, D, blk));
-    }
-  }
-  if (c.n_shared_experts != 1)
-    return failed_precondition("n_shared_experts = {}: the V4 reference requires 1", c.n_shared_experts);
-  STRATA_ASSIGN_OR_RETURN(mo.shared.w1, fp8_linear(f + "shared_experts.w1", I, D, blk));
-  STRATA_ASSIGN_OR_RETURN(mo.shared.w2, fp8_linear(f + "shared_experts.w2", D, I, blk));
-  STRATA_ASSIGN_OR_RETURN(mo.shared.w3, fp8_linear(f + "shared_experts.w3", I, D, blk));
+  STRATA_RETURN_IF_ERROR(load_routed_experts(c, f, E, blk, &mo.experts));
+  STRATA_RETURN_IF_ERROR(load_shared_expert(c, f, blk, "V4", &mo.shared));
 
   if (mtp) {
     STRATA_ASSIGN_OR_RETURN(b->e_proj, fp8_linear(p + "e_proj", D, D, blk));

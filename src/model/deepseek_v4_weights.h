@@ -71,11 +71,7 @@ struct V4MoeWeights {
   V41ExpertWeights shared;                // FP8, no SwiGLU clamp in V4
 };
 
-struct V4BlockWeights {
-  int layer_id = 0;
-  std::string prefix;     // "layers.N." or "mtp.K."
-  TensorView attn_norm, ffn_norm;
-  V41MhcWeights hc_attn, hc_ffn;
+struct V4BlockWeights : DeepseekBlockCommon {
   V4AttentionWeights attn;
   V4MoeWeights ffn;
   // MTP extras (not run).

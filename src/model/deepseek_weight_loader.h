@@ -13,8 +13,11 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "model/deepseek_config.h"
 #include "model/deepseek_v41_weights.h"
@@ -102,6 +105,42 @@ class DeepseekWeightLoader {
     STRATA_ASSIGN_OR_RETURN(at.kv_norm, get(a + "kv_norm.weight", DType::kBF16, {hd}));
     STRATA_ASSIGN_OR_RETURN(at.wo_a, fp8_linear(a + "wo_a", lo, H * hd / c.o_groups, blk));
     STRATA_ASSIGN_OR_RETURN(at.wo_b, fp8_linear(a + "wo_b", D, lo, blk));
+    return ok_status();
+  }
+
+  // The routed experts `f`experts.E.w{1,2,3} (E in [0, count)): FP4 when c.expert_dtype is "fp4",
+  // else FP8 with `blk` blocks; w1/w3 [moe_inter_dim, dim], w2 [dim, moe_inter_dim].
+  Status load_routed_experts(const DeepseekConfig& c, const std::string& f, int64_t count, int blk,
+                             std::vector<V41ExpertWeights>* experts) {
+    const int64_t D = c.dim, I = c.moe_inter_dim;
+    const bool fp4 = c.expert_dtype == "fp4";
+    experts->resize(count);
+    for (int64_t e = 0; e < count; ++e) {
+      const std::string x = fmt::format("{}experts.{}.", f, e);
+      V41ExpertWeights& ew = (*experts)[e];
+      for (auto [n, w, o, i] : {std::tuple{"w1", &ew.w1, I, D}, std::tuple{"w2", &ew.w2, D, I},
+                                std::tuple{"w3", &ew.w3, I, D}}) {
+        const std::string name = x + n;
+        if (fp4) {
+          STRATA_ASSIGN_OR_RETURN(*w, fp4_linear(name, o, i));
+        } else {
+          STRATA_ASSIGN_OR_RETURN(*w, fp8_linear(name, o, i, blk));
+        }
+      }
+    }
+    return ok_status();
+  }
+  // The one shared expert `f`shared_experts.w{1,2,3} (FP8, `blk` blocks); FailedPrecondition
+  // unless c.n_shared_experts == 1 (both references require it; `model` names the family).
+  Status load_shared_expert(const DeepseekConfig& c, const std::string& f, int blk,
+                            const char* model, V41ExpertWeights* shared) {
+    if (c.n_shared_experts != 1)
+      return failed_precondition("n_shared_experts = {}: the {} reference requires 1",
+                                 c.n_shared_experts, model);
+    const int64_t D = c.dim, I = c.moe_inter_dim;
+    STRATA_ASSIGN_OR_RETURN(shared->w1, fp8_linear(f + "shared_experts.w1", I, D, blk));
+    STRATA_ASSIGN_OR_RETURN(shared->w2, fp8_linear(f + "shared_experts.w2", D, I, blk));
+    STRATA_ASSIGN_OR_RETURN(shared->w3, fp8_linear(f + "shared_experts.w3", I, D, blk));
     return ok_status();
   }
 

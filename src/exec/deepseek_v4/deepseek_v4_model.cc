@@ -155,19 +155,12 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
 Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> tokens,
                                 const V4ForwardOptions& opt, std::vector<float>* logits) const {
   const DeepseekConfig& cf = config_;
-  const int64_t S = static_cast<int64_t>(tokens.size());
-  STRATA_RETURN_IF_ERROR(seq->check_call(tokens, cf.vocab_size, max_context_));
-
-  STRATA_RETURN_IF_ERROR(seq->begin_call(tokens));
   Call c;
-  c.seq = seq;
-  c.s0 = seq->length();
-  c.S = S;
+  STRATA_RETURN_IF_ERROR(c.begin(seq, tokens, cf.vocab_size, max_context_, opt.call_shape,
+                                 opt.routes, cf.n_layers, index_layers_.size()));
+  const int64_t S = c.S;
   c.tokens = tokens;
-  c.routes = opt.routes;
-  c.canonical = opt.call_shape == CallShape::kCanonical;
   if (c.canonical) {
-    c.vrows = v41::CallRows::canonical();
     c.vprefill = false;
   } else if (opt.prompt_len > 0 && c.s0 + S <= opt.prompt_len) {
     c.vrows = v41::CallRows::reference(c.s0, opt.prompt_len);
@@ -175,10 +168,6 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   } else {
     c.vrows = v41::CallRows::reference(0, S);
     c.vprefill = c.s0 == 0;
-  }
-  if (c.routes) {
-    c.routes->moe.assign(cf.n_layers, {});
-    c.routes->index.assign(index_layers_.size(), std::vector<std::vector<int32_t>>(S));
   }
   const int64_t D = cf.dim;
   const int hc = cf.hc_mult;

@@ -78,28 +78,22 @@ class V4SequenceState : public SequenceCallState {
   // External manager: sequence `seq` of `cm` (already added), computed up to `length`.
   V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
   ~V4SequenceState();
-  // Window ring of `layer`: one head_dim row for position pos (slot pos mod W).
-  void read_window_row(int layer, int64_t pos, float* out) const;
-  void write_window_row(int layer, int64_t pos, const float* x);
-  // Compressed KV rows [g0, g0+n) of `layer` (head_dim each).
-  void read_compressed_rows(int layer, int64_t g0, int64_t n, float* out) const;
-  void write_compressed_row(int layer, int64_t g, const float* x);
-  // Index keys rows [g0, g0+n) of CSA `layer` (index_head_dim each).
-  void read_index_keys(int layer, int64_t g0, int64_t n, float* out) const;
-  void write_index_key(int layer, int64_t g, const float* x);
+  // Window ring of `layer`: one head_dim row for position pos (slot pos mod W); compressed KV
+  // rows [g0, g0+n) of `layer` (head_dim each); index keys of CSA `layer` (index_head_dim).
+  using SequenceCallState::read_compressed_rows;
+  using SequenceCallState::read_index_keys;
+  using SequenceCallState::read_window_row;
+  using SequenceCallState::write_compressed_row;
+  using SequenceCallState::write_index_key;
+  using SequenceCallState::write_window_row;
   // Compressor partial state (index = the CSA indexer's compressor): load initialises `st`
   // for the layer (ratio, overlap, width) with the stored kv/score and no rows; store writes
   // kv/score back (rows are written with write_compressed_row / write_index_key).
   void load_compressor(int layer, bool index, V4CompressorState* st) const;
   void store_compressor(int layer, bool index, const V4CompressorState& st);
 
-  // Bytes held by this sequence (serving format for the state backends).
-  int64_t bytes() const;
-
  private:
-  struct Legacy;
   const DeepseekConfig* config_;
-  std::unique_ptr<Legacy> legacy_;
 };
 
 }  // namespace strata

@@ -248,20 +248,12 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
 Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t> tokens,
                                  const V41ForwardOptions& opt, std::vector<float>* logits) const {
   const DeepseekConfig& cf = config_;
-  const int64_t S = static_cast<int64_t>(tokens.size());
-  STRATA_RETURN_IF_ERROR(seq->check_call(tokens, cf.vocab_size, max_context_));
-
-  STRATA_RETURN_IF_ERROR(seq->begin_call(tokens));
   Ctx c;
-  c.seq = seq;
-  c.s0 = seq->length();
-  c.S = S;
-  c.routes = opt.routes;
-  c.canonical = opt.call_shape == CallShape::kCanonical;
+  STRATA_RETURN_IF_ERROR(c.begin(seq, tokens, cf.vocab_size, max_context_, opt.call_shape,
+                                 opt.routes, cf.n_layers, cf.index_source_layers.size()));
+  const int64_t S = c.S;
   c.width_end = c.s0 + S;
-  if (c.canonical) {
-    c.vrows = v41::CallRows::canonical();
-  } else {
+  if (!c.canonical) {
     c.decode_step = opt.decode_step && S == 1;
     if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
     c.vrows = c.decode_step ? v41::CallRows::reference(0, 1)
@@ -269,10 +261,6 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   }
   c.topk.resize(cf.n_layers);
   c.candidates.resize(cf.n_layers);
-  if (c.routes) {
-    c.routes->moe.assign(cf.n_layers, {});
-    c.routes->index.assign(cf.index_source_layers.size(), std::vector<std::vector<int32_t>>(S));
-  }
   const int64_t D = cf.dim;
   const int hc = cf.hc_mult;
   auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {

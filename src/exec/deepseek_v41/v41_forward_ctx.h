@@ -10,27 +10,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/deepseek_forward_call.h"
 #include "exec/deepseek_v41/deepseek_v41_model.h"
 
 namespace strata {
 
-struct DeepseekV41Model::Ctx {
-  V41SequenceState* seq = nullptr;
-  int64_t s0 = 0;  // position of the first token of the call
-  int64_t S = 0;   // tokens in the call
+struct DeepseekV41Model::Ctx : DeepseekForwardCall<V41SequenceState> {
   std::vector<int64_t> hashes;  // [S, n_engram_layers, n_cols]
   std::vector<float> h;         // [S, hc, D] residual streams (bf16 values)
-  V41Routes* routes = nullptr;
-  // Canonical form (exec/call_shape.h): every row laid out as a one-token decode step at
-  // its own position. False: the reference emulation (decode_step / width_end below).
-  bool canonical = true;
   bool decode_step = false;  // reference only: the reference's decode call (index-key quirk)
   // Reference only: end position that sets list widths (see V41ForwardOptions); canonical:
   // s0 + S (the score rows' storage stride; each row uses its own (p+1)/m entries).
   int64_t width_end = 0;
-  // Where row i sits in torch's elementwise tensors (v41::torch_exp_at): token vrows.tok(i)
-  // of a vrows.n-token call. Canonical: token 0 of 1 for every row.
-  v41::CallRows vrows;
   // Reference prefill list layout (window: min(L, W) entries, unreachable trailing); false:
   // the decode layout (W entries, unreachable leading), which the canonical form uses.
   bool prefill_layout() const { return !canonical && !decode_step; }

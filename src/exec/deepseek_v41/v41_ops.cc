@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -94,16 +95,6 @@ struct Luts {
 const Luts kLuts;
 inline const Luts& luts() { return kLuts; }
 
-float f32_from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_from_f32(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp4Max = 6.0f;
@@ -1169,7 +1160,7 @@ STRATA_FMA_CLONES float sleef_expf(float d) {
   float u = kExpPoly[0];
   for (int i = 1; i < 6; ++i) u = std::fma(u, s, kExpPoly[i]);
   u = 1.0f + std::fma(s * s, u, s);
-  auto pow2i = [](int32_t e) { return f32_from_bits(static_cast<uint32_t>(e + 0x7f) << 23); };
+  auto pow2i = [](int32_t e) { return std::bit_cast<float>(static_cast<uint32_t>(e + 0x7f) << 23); };
   u = u * pow2i(q >> 1) * pow2i(q - (q >> 1));
   return u;
 }

@@ -15,36 +15,18 @@ namespace {
 constexpr int32_t kBeforeStart = -2;  // state module's Engram "before start" marker
 }  // namespace
 
-// The pre-port f32 mirror (reference form), kept for A/B checks.
-struct V41SequenceState::Legacy {
-  struct Layer {
-    std::vector<float> comp_kv, comp_score;  // rows: SequenceCallState's row store
-  };
-  std::vector<Layer> layers;
-  std::vector<int64_t> engram_history;
-};
-
-V41SequenceState::V41SequenceState(const DeepseekConfig& c)
-    : config_(&c), legacy_(std::make_unique<Legacy>()) {
-  legacy_->layers.assign(c.n_layers, Legacy::Layer{});
-  init_legacy_rows(c.n_layers, c.head_dim, c.index_head_dim, c.window_size);
-  for (int l = 0; l < c.n_layers; ++l) {
+V41SequenceState::V41SequenceState(const DeepseekConfig& c) : config_(&c) {
+  // The pre-port f32 mirror (reference form), kept for A/B checks.
+  init_legacy(c, [&c](int l, bool index) -> int64_t {
     const LayerSchedule& ls = c.layers[l];
-    Legacy::Layer& s = legacy_->layers[l];
-    if (ls.has_compressor && ls.ratio > 1) {
-      s.comp_kv.assign(static_cast<size_t>(ls.ratio) * c.head_dim, 0.0f);
-      s.comp_score.assign(static_cast<size_t>(ls.ratio) * c.head_dim,
-                          -std::numeric_limits<float>::infinity());
-    }
-  }
+    return !index && ls.has_compressor && ls.ratio > 1 ? int64_t{ls.ratio} * c.head_dim : 0;
+  });
 }
 
 StatusOr<std::unique_ptr<V41SequenceState>> V41SequenceState::create(const DeepseekConfig& c,
                                                                      const StateGraph& graph,
                                                                      int64_t max_tokens) {
-  STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens));
-  std::unique_ptr<V41SequenceState> s(new V41SequenceState(c, &sc->cache(), sc->seq(), 0));
-  s->adopt(std::move(sc));
+  STRATA_ASSIGN_OR_RETURN(auto s, create_owned<V41SequenceState>(c, graph, max_tokens));
   s->max_tokens_ = max_tokens;
   return s;
 }
@@ -60,7 +42,7 @@ void V41SequenceState::read_window_row(int layer, int64_t pos, float* out) const
     std::fill_n(out, config_->head_dim, 0.0f);
     return;
   }
-  window_row_get(layer, pos, out);
+  SequenceCallState::read_window_row(layer, pos, out);
 }
 void V41SequenceState::read_window_rows(int layer, int64_t pos0, int64_t n, float* out) const {
   const int64_t hd = config_->head_dim;
@@ -70,41 +52,27 @@ void V41SequenceState::read_window_rows(int layer, int64_t pos0, int64_t n, floa
   if (cm_) return cm_->read_window_rows(seq_, layer, pos0 + fresh, n - fresh, out + fresh * hd);
   for (int64_t i = fresh; i < n; ++i) read_window_row(layer, pos0 + i, out + i * hd);
 }
-void V41SequenceState::write_window_row(int layer, int64_t pos, const float* x) {
-  window_row_put(layer, pos, x);
-}
-
-void V41SequenceState::read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const {
-  compressed_rows_get(owner, g0, n, out);
-}
 void V41SequenceState::write_compressed_row(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
-  compressed_row_put(owner, g, x);
+  SequenceCallState::write_compressed_row(owner, g, x);
 }
 
-void V41SequenceState::read_index_keys(int owner, int64_t g0, int64_t n, float* out) const {
-  index_keys_get(owner, g0, n, out);
-}
 void V41SequenceState::write_index_key(int owner, int64_t g, const float* x) {
   if ((g + 1) * config_->layers[owner].ratio <= shared_prefix_end_) return;  // shared, exact
-  index_key_put(owner, g, x);
+  SequenceCallState::write_index_key(owner, g, x);
 }
 
 void V41SequenceState::get_compressor_state(int layer, float* kv, float* score) const {
-  if (cm_) return cm_->get_compressor_state(seq_, layer, /*index=*/false, kv, score);
-  const auto& s = legacy_->layers[layer];
-  std::copy(s.comp_kv.begin(), s.comp_kv.end(), kv);
-  std::copy(s.comp_score.begin(), s.comp_score.end(), score);
+  compressor_get(layer, /*index=*/false, int64_t{config_->layers[layer].ratio} * config_->head_dim,
+                 kv, score);
 }
 void V41SequenceState::set_compressor_state(int layer, const float* kv, const float* score) {
-  if (cm_) return cm_->set_compressor_state(seq_, layer, /*index=*/false, kv, score);
-  auto& s = legacy_->layers[layer];
-  std::copy_n(kv, s.comp_kv.size(), s.comp_kv.begin());
-  std::copy_n(score, s.comp_score.size(), s.comp_score.begin());
+  compressor_put(layer, /*index=*/false, int64_t{config_->layers[layer].ratio} * config_->head_dim,
+                 kv, score);
 }
 
 std::vector<int64_t> V41SequenceState::engram_history() const {
-  if (!cm_) return legacy_->engram_history;
+  if (!cm_) return legacy_engram_history_;
   const int h = config_->engram_max_ngram_size - 1;
   std::vector<int32_t> ids(std::max(h, 0));
   std::vector<int64_t> out;
@@ -116,7 +84,7 @@ std::vector<int64_t> V41SequenceState::engram_history() const {
 }
 void V41SequenceState::set_engram_history(const std::vector<int64_t>& hist) {
   if (!cm_) {
-    legacy_->engram_history = hist;
+    legacy_engram_history_ = hist;
     return;
   }
   const int h = config_->engram_max_ngram_size - 1;
@@ -125,14 +93,6 @@ void V41SequenceState::set_engram_history(const std::vector<int64_t>& hist) {
   std::vector<int32_t> ids(h, kBeforeStart);
   std::copy(hist.begin(), hist.end(), ids.end() - static_cast<int64_t>(hist.size()));
   cm_->set_engram_history(seq_, ids.data());
-}
-
-int64_t V41SequenceState::bytes() const {
-  if (cm_) return graph_bytes();
-  int64_t b = legacy_row_bytes();
-  for (const auto& l : legacy_->layers)
-    b += static_cast<int64_t>(l.comp_kv.size() + l.comp_score.size()) * 4;
-  return b;
 }
 
 }  // namespace strata

@@ -71,11 +71,12 @@ class V41SequenceState : public SequenceCallState {
   // read_window_row calls. Thread safety: concurrent reads into disjoint `out` are safe while
   // nothing writes the state.
   void read_window_rows(int layer, int64_t pos0, int64_t n, float* out) const;
-  void write_window_row(int layer, int64_t pos, const float* x);
+  using SequenceCallState::write_window_row;
   // Compressed KV / index keys of OWNER layer (consumers pass kv_owner / index_key_owner).
-  void read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const;
+  // Writes of rows inside the shared prefix (bounded replay) are skipped: they are exact.
+  using SequenceCallState::read_compressed_rows;
+  using SequenceCallState::read_index_keys;
   void write_compressed_row(int owner, int64_t g, const float* x);
-  void read_index_keys(int owner, int64_t g0, int64_t n, float* out) const;
   void write_index_key(int owner, int64_t g, const float* x);
   // Compressor partial group of `layer`: kv, score [ratio * head_dim] f32 each.
   void get_compressor_state(int layer, float* kv, float* score) const;
@@ -95,14 +96,10 @@ class V41SequenceState : public SequenceCallState {
   void set_window_floor(int64_t pos) { window_floor_ = pos; }
   int64_t window_floor() const { return window_floor_; }
 
-  // Bytes held by this sequence (serving format for the state backends).
-  int64_t bytes() const;
-
  private:
-  struct Legacy;
   const DeepseekConfig* config_;
   int64_t max_tokens_ = 0;
-  std::unique_ptr<Legacy> legacy_;
+  std::vector<int64_t> legacy_engram_history_;  // legacy backend
   int published_index_owner_ = -1;
   int64_t shared_prefix_end_ = 0;
   int64_t window_floor_ = 0;

@@ -1,0 +1,52 @@
+// Internal: what the per-call contexts of both DeepSeek forwards (DeepseekV41Model::Ctx,
+// DeepseekV4Model::Call) hold alike, and the preamble both forwards run. Not a public API.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "exec/call_shape.h"
+#include "exec/deepseek_v41/deepseek_v41_model.h"
+#include "exec/deepseek_v41/v41_ops.h"
+
+namespace strata {
+
+// Seq: V41SequenceState or V4SequenceState (a SequenceCallState).
+template <class Seq>
+struct DeepseekForwardCall {
+  Seq* seq = nullptr;
+  int64_t s0 = 0;  // position of the first token of the call
+  int64_t S = 0;   // tokens in the call
+  V41Routes* routes = nullptr;
+  // Canonical form (exec/call_shape.h): every row laid out as a one-token decode step at its
+  // own position; false: the reference emulation (each model's own fields say how).
+  bool canonical = true;
+  // Where row i sits in torch's elementwise tensors (v41::torch_exp_at): token vrows.tok(i)
+  // of a vrows.n-token call. Canonical: token 0 of 1 for every row.
+  v41::CallRows vrows;
+
+  // The preamble of a forward over `tokens` on `s`: check_call (InvalidArgument /
+  // OutOfRange; nothing changes) and begin_call, then the fields above (vrows canonical);
+  // routes, when non-null, sized to n_layers MoE lists and n_index_sources index lists of S
+  // rows each.
+  Status begin(Seq* s, std::span<const int32_t> tokens, int64_t vocab, int64_t max_context,
+               CallShape shape, V41Routes* r, int n_layers, size_t n_index_sources) {
+    STRATA_RETURN_IF_ERROR(s->check_call(tokens, vocab, max_context));
+    STRATA_RETURN_IF_ERROR(s->begin_call(tokens));
+    seq = s;
+    s0 = s->length();
+    S = static_cast<int64_t>(tokens.size());
+    routes = r;
+    canonical = shape == CallShape::kCanonical;
+    vrows = v41::CallRows::canonical();
+    if (routes) {
+      routes->moe.assign(n_layers, {});
+      routes->index.assign(n_index_sources, std::vector<std::vector<int32_t>>(S));
+    }
+    return ok_status();
+  }
+};
+
+}  // namespace strata
