@@ -6,6 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <thread>
 
@@ -325,6 +330,46 @@ TEST_F(ServeE2eTest, ClientDisconnectMidStreamFreesEverything) {
   EXPECT_EQ(metric(after, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   EXPECT_GT(metric(after, "strata:cache_capacity_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   // The server still serves.
+  EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})").status, 200);
+}
+
+// Sends `body` as a non-streaming POST on a raw connection and hangs up at once, without
+// reading the reply (issue 24 item 7).
+void post_and_hang_up(int port, const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  close(fd);
+}
+
+TEST_F(ServeE2eTest, ClientDisconnectNonStreamingFreesEverything) {
+  const std::string abort_metric =
+      "strata:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}";
+  const std::string before = http_get(port(), "/metrics").body;
+  const double aborted0 = metric(before, abort_metric);
+  const double tokens0 = metric(before, "strata:generation_tokens_total" + kModelLabel);
+  constexpr int kClients = 16, kMaxTokens = 500;
+  for (int i = 0; i < kClients; ++i)
+    post_and_hang_up(port(), R"({"prompt": "Once", "max_tokens": 500, "ignore_eos": true})");
+  const std::string after = wait_metrics([&](const std::string& t) {
+    return metric(t, abort_metric) >= aborted0 + kClients &&
+           metric(t, "strata:num_requests_running" + kModelLabel) == 0 &&
+           metric(t, "strata:num_requests_waiting" + kModelLabel) == 0;
+  });
+  // Every request was cancelled, long before it could have run to its end.
+  EXPECT_EQ(metric(after, abort_metric), aborted0 + kClients);
+  EXPECT_LT(metric(after, "strata:generation_tokens_total" + kModelLabel) - tokens0,
+            kClients * kMaxTokens / 2.0);
+  EXPECT_EQ(metric(after, "strata:num_requests_running" + kModelLabel), 0);
+  EXPECT_EQ(metric(after, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})").status, 200);
 }
 

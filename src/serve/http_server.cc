@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
+#include "serve/client_socket.h"
 #include "serve/http_listen.h"
 #include "serve/openai_api.h"
 #include "state/handoff.h"
@@ -458,9 +459,20 @@ void HttpServer::install_routes() {
     std::vector<TokenLogprob> lps;
     std::vector<int32_t> out_ids;
     RequestEvent last;
+    // A client that hangs up while its request runs frees it, as a streaming one does.
+    const ClientSocket client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    bool cancelled = false;
+    Clock::time_point checked = Clock::now();
     while (true) {
-      auto ev = stream->next(std::chrono::milliseconds(500));
-      if (!ev) continue;  // the engine always ends a request (shutdown included)
+      auto ev = stream->next(std::chrono::milliseconds(50));
+      if (!cancelled && Clock::now() - checked >= std::chrono::milliseconds(50)) {
+        checked = Clock::now();
+        if (client.peer_closed()) {
+          stream->cancel();
+          cancelled = true;
+        }
+      }
+      if (!ev) continue;  // the engine always ends a request (shutdown and cancel included)
       text += ev->text;
       out_ids.insert(out_ids.end(), ev->tokens.begin(), ev->tokens.end());
       lps.insert(lps.end(), ev->logprobs.begin(), ev->logprobs.end());
