@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -371,6 +372,40 @@ TEST_F(ServeE2eTest, ClientDisconnectNonStreamingFreesEverything) {
   EXPECT_EQ(metric(after, "strata:num_requests_running" + kModelLabel), 0);
   EXPECT_EQ(metric(after, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})").status, 200);
+}
+
+// min_tokens (vLLM): greedy output that ends on EOS after k tokens goes on to at least
+// min_tokens = k + 5, the first k - 1 tokens unchanged (EOS was never the argmax before).
+TEST_F(ServeE2eTest, MinTokensHoldsBackEos) {
+  auto ask = [&](int min_tokens) {
+    json b = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+              {"return_token_ids", true}, {"min_tokens", min_tokens}};
+    auto r = http_post(port(), "/v1/completions", b.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  };
+  const json free_run = ask(0);
+  ASSERT_EQ(free_run["choices"][0]["finish_reason"], "stop") << free_run.dump();
+  const auto ids = free_run["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  const int k = static_cast<int>(ids.size());
+  ASSERT_GT(k, 1);
+  const json held = ask(k + 5);
+  const auto held_ids = held["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(static_cast<int>(held_ids.size()), k + 5);
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end() - 1, held_ids.begin()));
+  EXPECT_NE(held_ids[k - 1], ids[k - 1]);  // EOS held back at position k
+  // min_tokens above max_tokens is a 400
+  EXPECT_EQ(http_post(port(), "/v1/completions",
+                      R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})").status, 400);
+}
+
+// Issue 24 item 5 through the server: deep nesting is a 400 naming the limit.
+TEST_F(ServeE2eTest, DeeplyNestedBodyIsRefused) {
+  const std::string deep = R"({"prompt": "x", "junk": )" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  auto r = http_post(port(), "/v1/completions", deep);
+  expect_openai_error(r, 400);
+  EXPECT_NE(r.body.find("nested deeper"), std::string::npos) << r.body.substr(0, 200);
 }
 
 TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {

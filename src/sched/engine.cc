@@ -229,6 +229,9 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
         info.max_context, prompt.size());
   }
   if (params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (params.min_tokens < 0 || params.min_tokens > params.max_tokens)
+    return invalid_argument("min_tokens must be in [0, max_tokens = {}], got {}", params.max_tokens,
+                            params.min_tokens);
   if (!(params.temperature >= 0.0)) return invalid_argument("temperature must be >= 0");
   if (!(params.top_p > 0.0 && params.top_p <= 1.0)) return invalid_argument("top_p must be in (0, 1]");
   if (!(params.min_p >= 0.0 && params.min_p <= 1.0)) return invalid_argument("min_p must be in [0, 1]");
@@ -355,8 +358,12 @@ bool Engine::iterate() {
     a->seq = SeqId{in.id};
     a->params = std::move(in.params);
     a->stream = std::move(in.stream);
+    std::vector<int32_t> stop_ids = a->params.stop_token_ids;  // what min_tokens holds back
+    if (!a->params.ignore_eos)
+      for (int32_t t : {info.eos_id, info.bos_id})
+        if (t >= 0) stop_ids.push_back(t);
     a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)),
-                                                  in.prompt);
+                                                  in.prompt, std::move(stop_ids));
     a->stop = std::make_unique<StopChecker>(a->params.stop);
     a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);

@@ -35,6 +35,10 @@ struct GenerationParams {
   std::vector<std::string> stop;     // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // vLLM's min_tokens: until this many tokens are generated, the stop tokens (EOS and BOS
+  // unless ignore_eos, and stop_token_ids) cannot be sampled (their logits are -inf). Stop
+  // strings are not affected. Must be <= max_tokens.
+  int64_t min_tokens = 0;
   // Log-probabilities: -1 = none; k >= 0 = logprob of each chosen token plus the top k
   // alternatives, from the model's raw distribution (log_softmax of the logits).
   int32_t logprobs = -1;

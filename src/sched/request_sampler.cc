@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 namespace strata {
 
@@ -19,13 +21,15 @@ SamplingParams RequestSampler::to_sampling_params(const GenerationParams& p,
 }
 
 RequestSampler::RequestSampler(const GenerationParams& params, uint64_t fallback_seed,
-                               std::span<const int32_t> prompt)
+                               std::span<const int32_t> prompt, std::vector<int32_t> stop_ids)
     : want_logprobs_(params.logprobs >= 0),
       sampler_(to_sampling_params(params, fallback_seed)),
       presence_(params.presence_penalty),
       frequency_(params.frequency_penalty),
       repetition_(params.repetition_penalty),
-      bias_(params.logit_bias) {
+      bias_(params.logit_bias),
+      min_tokens_(params.min_tokens),
+      stop_ids_(std::move(stop_ids)) {
   if (repetition_ != 1.0) {
     for (int32_t t : prompt) {
       if (t < 0) continue;
@@ -36,7 +40,8 @@ RequestSampler::RequestSampler(const GenerationParams& params, uint64_t fallback
 }
 
 bool RequestSampler::processes() const {
-  return presence_ != 0.0 || frequency_ != 0.0 || repetition_ != 1.0 || !bias_.empty();
+  return presence_ != 0.0 || frequency_ != 0.0 || repetition_ != 1.0 || !bias_.empty() ||
+         (sampled_ < min_tokens_ && !stop_ids_.empty());
 }
 
 SampleResult RequestSampler::sample(std::span<const float> logits) {
@@ -59,6 +64,9 @@ SampleResult RequestSampler::sample(std::span<const float> logits) {
     }
     for (const auto& [id, b] : bias_)
       if (id >= 0 && id < V) work_[id] += b;
+    if (sampled_ < min_tokens_)
+      for (int32_t id : stop_ids_)
+        if (id >= 0 && id < V) work_[id] = -std::numeric_limits<float>::infinity();
     t = sampler_.sample(work_);
     if (want_logprobs_) {
       // Logprobs of the raw distribution (vLLM's default "raw_logprobs").
@@ -89,6 +97,7 @@ SampleResult RequestSampler::sample(std::span<const float> logits) {
       seen_[t.id] = 1;
     }
   }
+  ++sampled_;
   SampleResult r;
   r.token = t.id;
   if (want_logprobs_) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "exec/sampler.h"
 #include "sched/request.h"
@@ -25,9 +26,10 @@ struct SampleResult {
 
 class RequestSampler {
  public:
-  // `prompt`: the request's prompt ids (repetition_penalty applies to them too).
+  // `prompt`: the request's prompt ids (repetition_penalty applies to them too);
+  // `stop_ids`: the ids params.min_tokens holds back (EOS/BOS and stop_token_ids).
   RequestSampler(const GenerationParams& params, uint64_t fallback_seed,
-                 std::span<const int32_t> prompt = {});
+                 std::span<const int32_t> prompt = {}, std::vector<int32_t> stop_ids = {});
   // Applies the penalties / logit_bias of GenerationParams to a copy of `logits` (when any
   // is set), samples, and records the sampled token for the penalties of later steps.
   // Logprobs are those of the unprocessed logits.
@@ -40,6 +42,9 @@ class RequestSampler {
   Sampler sampler_;
   double presence_ = 0.0, frequency_ = 0.0, repetition_ = 1.0;
   std::vector<std::pair<int32_t, float>> bias_;
+  int64_t min_tokens_ = 0;
+  std::vector<int32_t> stop_ids_;   // masked while fewer than min_tokens_ were sampled
+  int64_t sampled_ = 0;
   std::vector<int32_t> out_count_;  // occurrences among generated tokens, by id (grown lazily)
   std::vector<uint8_t> seen_;       // prompt or output contains the id (repetition penalty)
   std::vector<float> work_;         // processed logits

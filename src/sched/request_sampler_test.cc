@@ -102,6 +102,20 @@ TEST(RequestSamplerTest, LogitBiasMovesTheArgmax) {
   EXPECT_EQ(s.sample(l).token, 2);
 }
 
+// min_tokens: the stop ids cannot be sampled before that many tokens, then they can.
+TEST(RequestSamplerTest, MinTokensHoldsBackTheStopIds) {
+  GenerationParams p = params(0);
+  p.min_tokens = 2;
+  RequestSampler s(p, 1, {}, {0, 2});
+  std::vector<float> l = {5.0f, 1.0f, 4.0f};  // 0 then 2 are the best; both are stop ids
+  EXPECT_EQ(s.sample(l).token, 1);
+  EXPECT_EQ(s.sample(l).token, 1);
+  EXPECT_EQ(s.sample(l).token, 0);
+  GenerationParams q = params(0);
+  RequestSampler free_s(q, 1, {}, {0, 2});
+  EXPECT_EQ(free_s.sample(l).token, 0);
+}
+
 TEST(RequestSamplerTest, PresenceAndFrequencyPenalizeGeneratedTokens) {
   std::vector<float> l = {2.0f, 1.9f, 0.0f};
   GenerationParams p = params(0);

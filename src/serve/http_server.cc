@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
@@ -69,7 +70,9 @@ std::string rename_metrics(const std::string& text, const std::string& prefix) {
 // vLLM's "kv_transfer_params" object of a request body (null when absent or not an object).
 nlohmann::json kv_transfer_params(const std::string& body) {
   try {
-    nlohmann::json j = nlohmann::json::parse(body);
+    StatusOr<nlohmann::json> parsed = parse_json_body(body);
+    if (!parsed.ok()) return nullptr;
+    const nlohmann::json& j = *parsed;
     if (j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object())
       return j["kv_transfer_params"];
   } catch (const std::exception&) {
@@ -367,6 +370,9 @@ void HttpServer::install_routes() {
     StatusOr<ParsedRequest> parsed = parse_openai_request(ep, req.body);
     if (!parsed.ok()) return send_status(res, parsed.status());
     ParsedRequest& r = *parsed;
+    if (!r.ignored_fields.empty())  // as vLLM: a warning, the request goes on
+      fmt::print(stderr, "strata: warning: request fields ignored (not used by this server): {}\n",
+                 fmt::join(r.ignored_fields, ", "));
     if (!r.model.empty() && r.model != model_name_) {
       return send_status(res, not_found("The model '{}' does not exist", r.model));
     }

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include <cstdlib>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -117,8 +118,56 @@ Status parse_messages(const json& body, ParsedRequest* r) {
   return ok_status();
 }
 
+// Top-level fields parse_body reads (both endpoints; "kv_transfer_params" is the server's,
+// "user" and "request_id" are accepted and unused, as vLLM).
+const std::set<std::string, std::less<>> kReadFields = {
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
+    "top_p", "min_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "logit_bias", "n", "best_of", "stop", "stop_token_ids", "ignore_eos",
+    "min_tokens", "return_token_ids", "priority", "stream", "stream_options", "logprobs",
+    "top_logprobs", "echo", "chat_template_kwargs", "kv_transfer_params", "user", "request_id",
+    "response_format"};
+// OpenAI / vLLM request fields with a meaning Strata does not implement: a 400 naming the
+// field, never a silent answer that ignores it.
+const std::set<std::string, std::less<>> kUnsupportedFields = {
+    "tools", "tool_choice", "functions", "function_call", "suffix", "audio", "modalities",
+    "prediction", "web_search_options", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "structured_outputs", "prompt_logprobs", "use_beam_search",
+    "truncate_prompt_tokens", "chat_template", "documents", "continue_final_message",
+    "logits_processors", "bad_words", "include_stop_str_in_output"};
+
+// A value that asks for nothing (false, an empty list, tool_choice "none") is not a request
+// for the unsupported feature.
+bool asks_nothing(const std::string& key, const json& v) {
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_array() || v.is_object()) return v.empty();
+  return key == "tool_choice" && v == "none";
+}
+
+Status check_fields(const json& body, ParsedRequest* r) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    if (it.value().is_null() || kReadFields.count(k)) continue;
+    if (kUnsupportedFields.count(k)) {
+      if (asks_nothing(k, it.value())) continue;
+      return invalid_argument("'{}' is not supported by this server", k);
+    }
+    r->ignored_fields.push_back(k);
+  }
+  if (given(body, "response_format")) {
+    const json& f = body["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      return wrong_type("response_format", "an object with a string 'type'");
+    if (f["type"] != "text")
+      return invalid_argument("response_format type '{}' is not supported (only 'text')",
+                              f["type"].get<std::string>());
+  }
+  return ok_status();
+}
+
 Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
   if (!body.is_object()) return invalid_argument("request body must be a JSON object");
+  STRATA_RETURN_IF_ERROR(check_fields(body, r));
   r->endpoint = endpoint;
   if (given(body, "model")) {
     if (!body["model"].is_string()) return wrong_type("model", "a string");
@@ -186,6 +235,8 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
     if (s.is_string()) {
       g.stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
+      if (s.size() > kMaxStopSequences)
+        return invalid_argument("'stop' holds {} sequences; at most {}", s.size(), kMaxStopSequences);
       for (const json& x : s) {
         if (!x.is_string()) return wrong_type("stop", "a string or an array of strings");
         g.stop.push_back(x.get<std::string>());
@@ -193,12 +244,16 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
     } else {
       return wrong_type("stop", "a string or an array of strings");
     }
+    for (const std::string& x : g.stop)
+      if (x.size() > kMaxStopBytes)
+        return invalid_argument("a 'stop' sequence of {} bytes; at most {}", x.size(), kMaxStopBytes);
   }
   if (given(body, "stop_token_ids")) {
     if (!body["stop_token_ids"].is_array()) return wrong_type("stop_token_ids", "an array of integers");
     STRATA_RETURN_IF_ERROR(get_token_list(body["stop_token_ids"], "stop_token_ids", &g.stop_token_ids));
   }
   STRATA_RETURN_IF_ERROR(get_bool(body, "ignore_eos", &g.ignore_eos));
+  STRATA_RETURN_IF_ERROR(get_int(body, "min_tokens", &g.min_tokens));
   STRATA_RETURN_IF_ERROR(get_bool(body, "return_token_ids", &r->return_token_ids));
   int64_t priority = 0;
   STRATA_RETURN_IF_ERROR(get_int(body, "priority", &priority));
@@ -302,13 +357,24 @@ json finish_json(std::optional<FinishReason> r) {
 
 }  // namespace
 
-StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body) {
-  json j;
+StatusOr<json> parse_json_body(std::string_view body) {
+  struct TooDeep {};
   try {
-    j = json::parse(body);
+    return json::parse(body, [](int depth, json::parse_event_t ev, json&) {
+      if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) &&
+          depth >= kMaxJsonDepth)
+        throw TooDeep{};
+      return true;
+    });
   } catch (const json::exception& e) {
     return invalid_argument("malformed JSON: {}", e.what());
+  } catch (const TooDeep&) {
+    return invalid_argument("JSON nested deeper than {} levels", kMaxJsonDepth);
   }
+}
+
+StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body) {
+  STRATA_ASSIGN_OR_RETURN(json j, parse_json_body(body));
   ParsedRequest r;
   try {
     STRATA_RETURN_IF_ERROR(parse_body(endpoint, j, &r));

@@ -1,7 +1,10 @@
 // OpenAI API protocol: request parsing/validation and response rendering for
 // /v1/completions and /v1/chat/completions (JSON + SSE chunks), and OpenAI error bodies.
 //
-// Parsing rules (OpenAI-compatible): unknown fields are ignored; a known field with the
+// Parsing rules (OpenAI-compatible): unknown fields are ignored and listed in
+// ParsedRequest::ignored_fields (the server logs them, as vLLM does); OpenAI fields Strata
+// does not implement (tools, tool_choice, functions, response_format other than "text",
+// suffix, echo, ...) are an InvalidArgument naming the field; a known field with the
 // wrong JSON type, max_tokens <= 0, n != 1, several prompts, or malformed JSON is an
 // InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):
 // top_k, min_p, seed, ignore_eos, stop_token_ids, priority, stream_options.include_usage,
@@ -22,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "model/tokenizer.h"
@@ -45,7 +50,19 @@ struct ParsedRequest {
   bool include_usage = false;
   bool chat_logprobs = false;              // chat: logprobs: true
   bool return_token_ids = false;           // vLLM's return_token_ids
+  std::vector<std::string> ignored_fields; // top-level fields no rule reads
 };
+
+// Limits on a request body's shape, checked while parsing (a deep or huge body is refused
+// before it is built): nesting depth of arrays/objects, entries and bytes of `stop`.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kMaxStopSequences = 64;
+inline constexpr size_t kMaxStopBytes = 1024;
+
+// Parses a request body as JSON, refusing nesting deeper than kMaxJsonDepth as soon as the
+// parser reaches it (an 8 MB body of 4 million nested arrays used to allocate ~300 MB).
+// InvalidArgument for malformed JSON or too deep nesting.
+StatusOr<nlohmann::json> parse_json_body(std::string_view body);
 
 StatusOr<ParsedRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body);
 

@@ -95,6 +95,13 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "logit_bias": {"7": "up"}})",
       R"({"prompt": "x", "presence_penalty": "lots"})",
       R"({"prompt": "x", "return_token_ids": 1})",  // not a bool
+      R"({"prompt": "x", "min_tokens": "3"})",
+      R"({"prompt": "x", "tools": [{"type": "function"}]})",   // unsupported, not ignored
+      R"({"prompt": "x", "tool_choice": "auto"})",
+      R"({"prompt": "x", "response_format": {"type": "json_object"}})",
+      R"({"prompt": "x", "response_format": "json"})",
+      R"({"prompt": "x", "suffix": "end"})",
+      R"({"prompt": "x", "prompt_logprobs": 1})",
   };
   for (const char* b : bad) {
     auto r = parse_openai_request(ApiEndpoint::kCompletions, b);
@@ -102,6 +109,40 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b;
     EXPECT_EQ(api_error_for(r.status()).http_status, 400);
   }
+}
+
+// Issue 24 item 5: a body's nesting depth and its stop list are bounded while parsing.
+TEST(OpenAiApiTest, DeepNestingAndHugeStopListsAreRefused) {
+  auto nested = [](int depth) {
+    return R"({"prompt": "x", "extra": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  EXPECT_TRUE(parse_openai_request(ApiEndpoint::kCompletions, nested(kMaxJsonDepth - 2)).ok());
+  for (int depth : {kMaxJsonDepth, 4 << 20}) {
+    auto r = parse_openai_request(ApiEndpoint::kCompletions, nested(depth));
+    ASSERT_FALSE(r.ok()) << depth;
+    EXPECT_NE(r.status().message().find("nested deeper than"), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(parse_json_body(nested(1000)).ok());
+  nlohmann::json b = {{"prompt", "x"}, {"stop", nlohmann::json::array()}};
+  for (size_t i = 0; i < kMaxStopSequences; ++i) b["stop"].push_back("s" + std::to_string(i));
+  EXPECT_TRUE(parse_openai_request(ApiEndpoint::kCompletions, b.dump()).ok());
+  b["stop"].push_back("one more");
+  EXPECT_FALSE(parse_openai_request(ApiEndpoint::kCompletions, b.dump()).ok());
+  b["stop"] = std::string(kMaxStopBytes + 1, 'a');
+  EXPECT_FALSE(parse_openai_request(ApiEndpoint::kCompletions, b.dump()).ok());
+  b["stop"] = std::string(kMaxStopBytes, 'a');
+  EXPECT_TRUE(parse_openai_request(ApiEndpoint::kCompletions, b.dump()).ok());
+}
+
+// Unknown fields are listed (the server logs them); unsupported ones asking for nothing pass.
+TEST(OpenAiApiTest, UnknownFieldsListedAndEmptyUnsupportedOnesAccepted) {
+  auto r = parse_openai_request(ApiEndpoint::kChat, R"({
+    "messages": [{"role": "user", "content": "hi"}], "frobnicate": 1, "user": "u1",
+    "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "min_tokens": 4,
+    "max_tokens": 8, "skip_special_tokens": true})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->ignored_fields, (std::vector<std::string>{"frobnicate", "skip_special_tokens"}));
+  EXPECT_EQ(r->params.min_tokens, 4);
 }
 
 TEST(OpenAiApiTest, ParsesChatMessagesAndOptions) {

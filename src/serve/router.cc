@@ -211,14 +211,14 @@ void Router::install_routes() {
     if (body_too_large(req, res, o_.max_body_bytes)) return;
     const std::string auth = o_.backend_api_key.empty() ? req.get_header_value("Authorization")
                                                         : "Bearer " + o_.backend_api_key;
-    Json body;
-    try {
-      body = Json::parse(req.body);
-      if (!body.is_object()) throw std::runtime_error("not an object");
-    } catch (const std::exception& e) {
+    StatusOr<Json> parsed = parse_json_body(req.body);
+    if (parsed.ok() && !parsed->is_object())
+      parsed = invalid_argument("request body must be a JSON object");
+    if (!parsed.ok()) {
       ++failures_;
-      return send_error(res, 400, "invalid_request_error", fmt::format("malformed JSON body: {}", e.what()));
+      return send_error(res, 400, "invalid_request_error", parsed.status().message());
     }
+    Json body = std::move(*parsed);
     // Pick P, then D.
     auto least = [](std::vector<std::unique_ptr<Backend>>& v) {
       Backend* b = v.front().get();
