@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "exec/generate.h"
@@ -406,6 +408,80 @@ TEST_F(ServeE2eTest, DeeplyNestedBodyIsRefused) {
   auto r = http_post(port(), "/v1/completions", deep);
   expect_openai_error(r, 400);
   EXPECT_NE(r.body.find("nested deeper"), std::string::npos) << r.body.substr(0, 200);
+}
+
+// n and several prompts (issue 24 item 15): choice p * n + i of a request equals the same
+// prompt sent alone with seed + i; streamed chunks name their choice and add up to the same
+// texts; usage counts each prompt once and every choice's tokens.
+TEST_F(ServeE2eTest, SeveralPromptsAndNEqualSingleRequests) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat", "Lily and Ben"};
+  constexpr int kN = 3;
+  auto single = [&](const std::string& prompt, int seed) {
+    json b = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0.8}, {"seed", seed},
+              {"return_token_ids", true}};
+    auto r = http_post(port(), "/v1/completions", b.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  };
+  json b = {{"prompt", prompts}, {"n", kN}, {"max_tokens", 12}, {"temperature", 0.8},
+            {"seed", 100}, {"return_token_ids", true}};
+  auto r = http_post(port(), "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json all = json::parse(r.body);
+  ASSERT_EQ(all["choices"].size(), prompts.size() * kN);
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::set<std::string> texts_of_first_prompt;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int i = 0; i < kN; ++i) {
+      const json& c = all["choices"][p * kN + i];
+      EXPECT_EQ(c["index"], p * kN + i);
+      const json one = single(prompts[p], 100 + i);
+      EXPECT_EQ(c["text"], one["choices"][0]["text"]) << prompts[p] << " sample " << i;
+      EXPECT_EQ(c["token_ids"], one["choices"][0]["token_ids"]);
+      EXPECT_EQ(c["prompt_token_ids"], one["choices"][0]["prompt_token_ids"]);
+      completion_tokens += one["usage"]["completion_tokens"].get<int64_t>();
+      if (i == 0) prompt_tokens += one["usage"]["prompt_tokens"].get<int64_t>();
+      if (p == 0) texts_of_first_prompt.insert(c["text"].get<std::string>());
+    }
+  }
+  EXPECT_GT(texts_of_first_prompt.size(), 1u) << "n samples should differ (seeds differ)";
+  EXPECT_EQ(all["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(all["usage"]["completion_tokens"], completion_tokens);
+
+  // Streaming: the same choices, interleaved, each chunk naming its index.
+  b["stream"] = true;
+  b["stream_options"] = {{"include_usage", true}};
+  auto s = http_post(port(), "/v1/completions", b.dump());
+  ASSERT_EQ(s.status, 200);
+  ASSERT_TRUE(s.done);
+  std::map<int64_t, std::string> streamed;
+  std::map<int64_t, std::string> finish;
+  json usage;
+  for (const std::string& d : s.data) {
+    json ch = json::parse(d);
+    if (ch.contains("usage") && !ch["usage"].is_null()) usage = ch["usage"];
+    for (const json& c : ch["choices"]) {
+      streamed[c["index"].get<int64_t>()] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[c["index"].get<int64_t>()] = c["finish_reason"];
+    }
+  }
+  ASSERT_EQ(streamed.size(), prompts.size() * kN);
+  EXPECT_EQ(finish.size(), prompts.size() * kN);
+  for (const auto& [k, text] : streamed) EXPECT_EQ(text, all["choices"][k]["text"]) << k;
+  EXPECT_EQ(usage["completion_tokens"], completion_tokens);
+
+  // Chat with n: greedy choices are all the single greedy answer.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 8},
+               {"temperature", 0}, {"n", 4}};
+  auto c = http_post(port(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json cj = json::parse(c.body);
+  ASSERT_EQ(cj["choices"].size(), 4u);
+  for (const json& ch : cj["choices"])
+    EXPECT_EQ(ch["message"]["content"], cj["choices"][0]["message"]["content"]);
+  // Past 64 choices: a 400.
+  expect_openai_error(http_post(port(), "/v1/completions",
+                                json({{"prompt", prompts}, {"n", 22}}).dump()), 400);
 }
 
 TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
+#include "serve/choice_streams.h"
 #include "serve/client_socket.h"
 #include "serve/http_listen.h"
 #include "serve/openai_api.h"
@@ -80,9 +81,11 @@ nlohmann::json kv_transfer_params(const std::string& body) {
   return nullptr;
 }
 
-// Tokenizes the request's prompt. Errors: InvalidArgument (no tokenizer, bad messages).
-StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Engine& engine) {
-  if (!r.prompt_tokens.empty()) return r.prompt_tokens;
+// Tokenizes a completions prompt (`prompt`), or the chat conversation of `r` (prompt null).
+// Errors: InvalidArgument (no tokenizer, bad messages).
+StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const ParsedRequest::Prompt* prompt,
+                                            const Engine& engine) {
+  if (prompt != nullptr && !prompt->tokens.empty()) return prompt->tokens;
   const Tokenizer* tok = engine.tokenizer();
   if (tok == nullptr) return invalid_argument("this model has no tokenizer; send token ids");
   const ModelInfo& info = engine.model_info();
@@ -94,82 +97,12 @@ StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Engine
     STRATA_ASSIGN_OR_RETURN(text, render_chat(fmt, r.messages, r.chat_options));
     if (fmt == ChatFormat::kDeepSeek) add_bos = false;  // the template writes BOS as text
   } else {
-    text = r.prompt_text.value_or("");
+    text = prompt != nullptr ? prompt->text.value_or("") : "";
   }
   if (add_bos) ids.push_back(info.bos_id);
   std::vector<int32_t> body = tok->encode(text, /*parse_special=*/true);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
-}
-
-struct SseState {
-  std::shared_ptr<RequestStream> stream;
-  ResponseMeta meta;
-  const Tokenizer* tokenizer = nullptr;
-  bool want_logprobs = false;
-  bool want_token_ids = false;         // return_token_ids, or a model without a tokenizer
-  std::vector<int32_t> prompt_ids;     // sent with the first chunk when want_token_ids
-  bool include_usage = false;
-  bool first = true;
-  bool done = false;
-  Clock::time_point last_write = Clock::now();
-};
-
-// One call of the chunked content provider: waits briefly for events and writes them.
-bool pump_sse(SseState& st, httplib::DataSink& sink) {
-  if (st.done) {
-    sink.done();
-    return true;
-  }
-  auto ev = st.stream->next(std::chrono::milliseconds(200));
-  if (!ev) {
-    if (Clock::now() - st.last_write > std::chrono::seconds(1)) {
-      static constexpr char kKeepAlive[] = ": keep-alive\n\n";
-      if (!sink.write(kKeepAlive, sizeof(kKeepAlive) - 1)) {
-        st.stream->cancel();
-        return false;
-      }
-      st.last_write = Clock::now();
-    }
-    return true;
-  }
-  std::string out;
-  if (ev->finished && ev->finish_reason == FinishReason::kError) {
-    out = render_stream_error(api_error_for(ev->error));
-  } else {
-    const std::vector<TokenLogprob>* lps = st.want_logprobs ? &ev->logprobs : nullptr;
-    if (!ev->tokens.empty() || !ev->text.empty() ||
-        (st.first && st.meta.endpoint == ApiEndpoint::kChat)) {
-      TokenIdsOut ids;
-      if (st.want_token_ids) {
-        ids.output = &ev->tokens;
-        if (st.first) ids.prompt = &st.prompt_ids;
-      }
-      out += render_stream_chunk(st.meta, ev->text, st.first, std::nullopt, lps, st.tokenizer,
-                                 ids);
-      st.first = false;
-    }
-    if (ev->finished) {
-      out += render_stream_chunk(st.meta, "", st.first, ev->finish_reason, nullptr, st.tokenizer);
-      if (st.include_usage) {
-        out += render_usage_chunk(st.meta, {ev->prompt_tokens, ev->completion_tokens,
-                                            ev->cached_tokens});
-      }
-      out += "data: [DONE]\n\n";
-    }
-  }
-  if (!out.empty()) {
-    if (!sink.write(out.data(), out.size())) {
-      st.stream->cancel();
-      return false;
-    }
-    st.last_write = Clock::now();
-  }
-  if (ev->finished) {
-    st.done = true;
-    sink.done();
-  }
-  return true;
 }
 
 }  // namespace
@@ -379,40 +312,47 @@ void HttpServer::install_routes() {
     if (!engine_->serving()) {
       return send_status(res, Status(StatusCode::kUnavailable, "server is shutting down"));
     }
-    StatusOr<std::vector<int32_t>> prompt = build_prompt(r, *engine_);
-    if (!prompt.ok()) return send_status(res, prompt.status());
     const int64_t model_context = engine_->model_info().max_context;
     const int64_t max_context = options_.max_model_len > 0
                                     ? std::min(options_.max_model_len, model_context)
                                     : model_context;
-    const int64_t prompt_len = static_cast<int64_t>(prompt->size());
-    if (prompt_len >= max_context) {
-      return send_status(
-          res, out_of_range("This model's maximum context length is {} tokens. However, your "
-                            "prompt has {} tokens (at least one must be left for the output).",
-                            max_context, prompt_len));
+    // One entry per prompt (chat: the rendered conversation), with its own output budget.
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<GenerationParams> params;
+    const size_t n_prompts = ep == ApiEndpoint::kChat ? 1 : r.prompts.size();
+    for (size_t i = 0; i < n_prompts; ++i) {
+      StatusOr<std::vector<int32_t>> prompt =
+          build_prompt(r, ep == ApiEndpoint::kChat ? nullptr : &r.prompts[i], *engine_);
+      if (!prompt.ok()) return send_status(res, prompt.status());
+      const int64_t prompt_len = static_cast<int64_t>(prompt->size());
+      if (prompt_len >= max_context) {
+        return send_status(
+            res, out_of_range("This model's maximum context length is {} tokens. However, your "
+                              "prompt has {} tokens (at least one must be left for the output).",
+                              max_context, prompt_len));
+      }
+      // As vLLM: an explicit max_tokens that does not fit is an error, not a silent clip.
+      GenerationParams g = r.params;
+      if (r.max_tokens_given && g.max_tokens > max_context - prompt_len) {
+        return send_status(
+            res, out_of_range("This model's maximum context length is {} tokens. However, you "
+                              "requested {} tokens ({} in the prompt, {} for the completion).",
+                              max_context, prompt_len + g.max_tokens, prompt_len, g.max_tokens));
+      }
+      if (!r.max_tokens_given) g.max_tokens = std::min(g.max_tokens, max_context - prompt_len);
+      if (ep == ApiEndpoint::kChat && !r.max_tokens_given) g.max_tokens = max_context - prompt_len;
+      prompts.push_back(std::move(*prompt));
+      params.push_back(std::move(g));
     }
-    // As vLLM: an explicit max_tokens that does not fit is an error, not a silent clip.
-    if (r.max_tokens_given && r.params.max_tokens > max_context - prompt_len) {
-      return send_status(
-          res, out_of_range("This model's maximum context length is {} tokens. However, you "
-                            "requested {} tokens ({} in the prompt, {} for the completion).",
-                            max_context, prompt_len + r.params.max_tokens, prompt_len,
-                            r.params.max_tokens));
-    }
-    if (!r.max_tokens_given) r.params.max_tokens = std::min(r.params.max_tokens, max_context - prompt_len);
-    if (ep == ApiEndpoint::kChat && !r.max_tokens_given) {
-      r.params.max_tokens = max_context - prompt_len;
-    }
-    const bool want_logprobs = r.params.logprobs >= 0;
     // Without a tokenizer the text is empty: the ids are the output.
     const bool want_token_ids = r.return_token_ids || engine_->tokenizer() == nullptr;
-    std::vector<int32_t> prompt_ids;
-    if (want_token_ids) prompt_ids = *prompt;
     const nlohmann::json kvp = kv_transfer_params(req.body);
-    if (options_.kv_sender != nullptr && kvp.is_object() && kvp.value("do_remote_decode", false))
-      return prefill_for_remote_decode(ep, r, *prompt, res);
     SubmitOptions so;
+    if (kvp.is_object() && (prompts.size() > 1 || r.n > 1))
+      return send_status(res, invalid_argument("kv_transfer_params needs a single choice "
+                                               "(one prompt, n = 1)"));
+    if (options_.kv_sender != nullptr && kvp.is_object() && kvp.value("do_remote_decode", false))
+      return prefill_for_remote_decode(ep, r, prompts[0], res);
     if (options_.kv_receiver != nullptr && kvp.is_object() && kvp.contains("remote_handle")) {
       StatusOr<std::shared_ptr<HandoffState>> st = invalid_argument("kv_transfer_params needs "
           "string remote_handle and remote_endpoint");
@@ -420,12 +360,12 @@ void HttpServer::install_routes() {
           kvp["remote_endpoint"].is_string()) {
         // Only the rows this server does not hold cross: growing rows from its own prefix
         // hit on (a unit multiple; the import recomputes if the hit is gone by admission).
-        const int64_t from = engine_->peek_cached_prefix(*prompt);
+        const int64_t from = engine_->peek_cached_prefix(prompts[0]);
         st = options_.kv_receiver->fetch(kvp["remote_endpoint"].get<std::string>(),
                                          kvp["remote_handle"].get<std::string>(), from);
       }
       if (st.ok()) st = [&]() -> StatusOr<std::shared_ptr<HandoffState>> {
-        STRATA_RETURN_IF_ERROR(check_handoff_ids(*prompt, **st));
+        STRATA_RETURN_IF_ERROR(check_handoff_ids(prompts[0], **st));
         return st;
       }();
       if (st.ok()) {
@@ -436,70 +376,46 @@ void HttpServer::install_routes() {
       }
       // recompute: the prompt is computed here, as a colocated server would.
     }
-    auto submitted = engine_->submit(std::move(*prompt), r.params, std::move(so));
-    if (!submitted.ok()) return send_status(res, submitted.status());
-    ResponseMeta meta{ep, new_response_id(ep), static_cast<int64_t>(std::time(nullptr)),
-                      model_name_};
-
+    // Choice k = p * n + i samples prompt p; with a seed, sample i uses seed + i.
+    std::vector<ChoiceRun> runs;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      for (int64_t i = 0; i < r.n; ++i) {
+        GenerationParams g = params[p];
+        if (g.seed) g.seed = *g.seed + static_cast<uint64_t>(i);
+        auto submitted = engine_->submit(prompts[p], std::move(g), so);
+        if (!submitted.ok()) {
+          for (ChoiceRun& run : runs) run.stream->cancel();
+          return send_status(res, submitted.status());
+        }
+        ChoiceRun run{static_cast<int64_t>(p) * r.n + i, static_cast<int64_t>(p), *submitted, {}};
+        if (want_token_ids) run.prompt_ids = prompts[p];
+        runs.push_back(std::move(run));
+      }
+    }
+    ChoiceRenderOptions ro{ResponseMeta{ep, new_response_id(ep),
+                                        static_cast<int64_t>(std::time(nullptr)), model_name_},
+                           engine_->tokenizer(), r.params.logprobs >= 0, want_token_ids,
+                           r.include_usage};
+    auto choices = std::make_shared<ChoiceStreams>(std::move(runs), std::move(ro));
     if (r.stream) {
-      auto st = std::make_shared<SseState>();
-      st->stream = *submitted;
-      st->meta = meta;
-      st->tokenizer = engine_->tokenizer();
-      st->want_logprobs = want_logprobs;
-      st->want_token_ids = want_token_ids;
-      st->prompt_ids = std::move(prompt_ids);
-      st->include_usage = r.include_usage;
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [st](size_t, httplib::DataSink& sink) { return pump_sse(*st, sink); },
-          [st](bool) {
-            if (!st->done) st->stream->cancel();  // client went away
+          [choices](size_t, httplib::DataSink& sink) { return choices->pump(sink); },
+          [choices](bool) {
+            if (!choices->done()) choices->cancel_unfinished();  // client went away
           });
       return;
     }
-
-    std::shared_ptr<RequestStream> stream = *submitted;
-    std::string text;
-    std::vector<TokenLogprob> lps;
-    std::vector<int32_t> out_ids;
-    RequestEvent last;
     // A client that hangs up while its request runs frees it, as a streaming one does.
     const ClientSocket client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-    bool cancelled = false;
-    Clock::time_point checked = Clock::now();
-    while (true) {
-      auto ev = stream->next(std::chrono::milliseconds(50));
-      if (!cancelled && Clock::now() - checked >= std::chrono::milliseconds(50)) {
-        checked = Clock::now();
-        if (client.peer_closed()) {
-          stream->cancel();
-          cancelled = true;
-        }
-      }
-      if (!ev) continue;  // the engine always ends a request (shutdown and cancel included)
-      text += ev->text;
-      out_ids.insert(out_ids.end(), ev->tokens.begin(), ev->tokens.end());
-      lps.insert(lps.end(), ev->logprobs.begin(), ev->logprobs.end());
-      if (ev->finished) {
-        last = std::move(*ev);
-        break;
-      }
-    }
-    if (last.finish_reason == FinishReason::kError || last.finish_reason == FinishReason::kCancelled) {
-      Status err = last.error.ok() ? Status(StatusCode::kCancelled, "request cancelled") : last.error;
-      ApiError e = api_error_for(err);
+    StatusOr<std::string> body = choices->collect([&client] { return client.peer_closed(); });
+    if (!body.ok()) {
+      ApiError e = api_error_for(body.status());
       if (e.http_status < 500) e.http_status = 500;  // a failure while generating is ours
       return send_error(res, e);
     }
-    res.set_content(render_response(meta, text, last.finish_reason,
-                                    want_logprobs ? &lps : nullptr,
-                                    {last.prompt_tokens, last.completion_tokens, last.cached_tokens},
-                                    engine_->tokenizer(),
-                                    want_token_ids ? TokenIdsOut{&prompt_ids, &out_ids}
-                                                   : TokenIdsOut{}),
-                    "application/json");
+    res.set_content(*body, "application/json");
   };
 
   auto guarded = [this, generate](ApiEndpoint ep) {

@@ -65,20 +65,28 @@ Status get_token_list(const json& v, const char* key, std::vector<int32_t>* out)
 Status parse_prompt(const json& body, ParsedRequest* r) {
   if (!given(body, "prompt")) return invalid_argument("'prompt' is required");
   const json& p = body.at("prompt");
-  if (p.is_string()) {
-    r->prompt_text = p.get<std::string>();
+  auto one = [&](const json& x) -> Status {
+    ParsedRequest::Prompt q;
+    if (x.is_string()) {
+      q.text = x.get<std::string>();
+    } else if (x.is_array() && !x.empty() && x[0].is_number_integer()) {
+      STRATA_RETURN_IF_ERROR(get_token_list(x, "prompt", &q.tokens));
+    } else if (x.is_array() && x.empty()) {
+      return invalid_argument("'prompt' must not hold an empty token list");
+    } else {
+      return wrong_type("prompt", "a string, an array of token ids, or an array of either");
+    }
+    r->prompts.push_back(std::move(q));
     return ok_status();
-  }
-  if (!p.is_array()) return wrong_type("prompt", "a string or an array of token ids");
+  };
+  if (p.is_string()) return one(p);
+  if (!p.is_array()) return wrong_type("prompt", "a string, an array of token ids, or an array of either");
   if (p.empty()) return invalid_argument("'prompt' must not be empty");
-  if (p[0].is_number_integer()) return get_token_list(p, "prompt", &r->prompt_tokens);
-  if (p.size() != 1) return invalid_argument("only one prompt per request is supported");
-  if (p[0].is_string()) {
-    r->prompt_text = p[0].get<std::string>();
-    return ok_status();
-  }
-  if (p[0].is_array()) return get_token_list(p[0], "prompt", &r->prompt_tokens);
-  return wrong_type("prompt", "a string or an array of token ids");
+  if (p[0].is_number_integer()) return one(p);  // one prompt of token ids
+  if (static_cast<int64_t>(p.size()) > kMaxChoices)
+    return invalid_argument("'prompt' holds {} prompts; at most {}", p.size(), kMaxChoices);
+  for (const json& x : p) STRATA_RETURN_IF_ERROR(one(x));
+  return ok_status();
 }
 
 Status parse_messages(const json& body, ParsedRequest* r) {
@@ -222,9 +230,13 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
       g.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
     }
   }
-  int64_t n = 1;
-  STRATA_RETURN_IF_ERROR(get_int(body, "n", &n));
-  if (n != 1) return invalid_argument("only n = 1 is supported");
+  STRATA_RETURN_IF_ERROR(get_int(body, "n", &r->n));
+  if (r->n < 1 || r->n > kMaxChoices)
+    return invalid_argument("'n' must be in [1, {}], got {}", kMaxChoices, r->n);
+  const int64_t n_prompts = std::max<int64_t>(1, static_cast<int64_t>(r->prompts.size()));
+  if (n_prompts * r->n > kMaxChoices)
+    return invalid_argument("{} prompts x n = {} asks for {} choices; at most {}", n_prompts, r->n,
+                            n_prompts * r->n, kMaxChoices);
   // best_of (completions): more candidates than returned, ranked by log-probability. Not
   // implemented: a clear 400 rather than silently returning one plain sample.
   int64_t best_of = 1;
@@ -436,31 +448,40 @@ void add_token_ids(ApiEndpoint ep, const TokenIdsOut& ids, json* j, json* choice
 }
 }  // namespace
 
+std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices,
+                            const UsageInfo& usage, const Tokenizer* tokenizer) {
+  json j = base_json(meta, false);
+  j["choices"] = json::array();
+  for (const ChoiceOut& c : choices) {
+    json choice = {{"index", c.index}, {"finish_reason", finish_json(c.reason)}};
+    if (meta.endpoint == ApiEndpoint::kCompletions) {
+      choice["text"] = c.text;
+      choice["logprobs"] = c.logprobs ? completion_logprobs(*c.logprobs, tokenizer) : json(nullptr);
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = c.logprobs ? chat_logprobs(*c.logprobs, tokenizer) : json(nullptr);
+    }
+    add_token_ids(meta.endpoint, c.ids, &j, &choice);
+    j["choices"].push_back(std::move(choice));
+  }
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
 std::string render_response(const ResponseMeta& meta, const std::string& text,
                             FinishReason reason, const std::vector<TokenLogprob>* logprobs,
                             const UsageInfo& usage, const Tokenizer* tokenizer,
                             const TokenIdsOut& ids) {
-  json j = base_json(meta, false);
-  json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
-  if (meta.endpoint == ApiEndpoint::kCompletions) {
-    choice["text"] = text;
-    choice["logprobs"] = logprobs ? completion_logprobs(*logprobs, tokenizer) : json(nullptr);
-  } else {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
-  }
-  add_token_ids(meta.endpoint, ids, &j, &choice);
-  j["choices"] = json::array({choice});
-  j["usage"] = usage_json(usage);
-  return dump(j);
+  return render_response(meta, {ChoiceOut{0, text, reason, logprobs, ids}}, usage, tokenizer);
 }
 
 std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
                                 std::optional<FinishReason> reason,
                                 const std::vector<TokenLogprob>* logprobs,
-                                const Tokenizer* tokenizer, const TokenIdsOut& ids) {
+                                const Tokenizer* tokenizer, const TokenIdsOut& ids,
+                                int64_t index) {
   json j = base_json(meta, true);
-  json choice = {{"index", 0}, {"finish_reason", finish_json(reason)}};
+  json choice = {{"index", index}, {"finish_reason", finish_json(reason)}};
   if (meta.endpoint == ApiEndpoint::kCompletions) {
     choice["text"] = text;
     choice["logprobs"] = logprobs ? completion_logprobs(*logprobs, tokenizer) : json(nullptr);

@@ -5,7 +5,7 @@
 // ParsedRequest::ignored_fields (the server logs them, as vLLM does); OpenAI fields Strata
 // does not implement (tools, tool_choice, functions, response_format other than "text",
 // suffix, echo, ...) are an InvalidArgument naming the field; a known field with the
-// wrong JSON type, max_tokens <= 0, n != 1, several prompts, or malformed JSON is an
+// wrong JSON type, max_tokens <= 0, n outside [1, 64] or prompts x n past 64, or malformed JSON is an
 // InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):
 // top_k, min_p, seed, ignore_eos, stop_token_ids, priority, stream_options.include_usage,
 // chat_template_kwargs.thinking, repetition_penalty, return_token_ids; OpenAI's presence_penalty,
@@ -40,8 +40,14 @@ enum class ApiEndpoint { kCompletions, kChat };
 struct ParsedRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;                       // empty when not given
-  std::optional<std::string> prompt_text;  // completions text prompt
-  std::vector<int32_t> prompt_tokens;      // completions token-id prompt
+  // Completions: one entry per prompt ("prompt" as a string, a token-id list, or a list of
+  // either); each entry is a text or a token-id list. Chat: empty.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Prompt> prompts;
+  int64_t n = 1;                           // choices per prompt (1..kMaxChoices)
   std::vector<ChatMessage> messages;       // chat
   ChatTemplateOptions chat_options;
   GenerationParams params;
@@ -58,6 +64,8 @@ struct ParsedRequest {
 inline constexpr int kMaxJsonDepth = 64;
 inline constexpr size_t kMaxStopSequences = 64;
 inline constexpr size_t kMaxStopBytes = 1024;
+// Choices one request may ask for: prompts x n.
+inline constexpr int64_t kMaxChoices = 64;
 
 // Parses a request body as JSON, refusing nesting deeper than kMaxJsonDepth as soon as the
 // parser reaches it (an 8 MB body of 4 million nested arrays used to allocate ~300 MB).
@@ -98,17 +106,30 @@ struct TokenIdsOut {
   const std::vector<int32_t>* output = nullptr;
 };
 
-// A whole (non-streaming) response.
+// One choice of a response: choices[index] (index = prompt * n + sample, as vLLM orders them).
+struct ChoiceOut {
+  int64_t index = 0;
+  std::string text;
+  FinishReason reason = FinishReason::kNone;
+  const std::vector<TokenLogprob>* logprobs = nullptr;  // null: "logprobs": null
+  TokenIdsOut ids;
+};
+
+// A whole (non-streaming) response: the choices in the given order, one usage for all.
+std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices,
+                            const UsageInfo& usage, const Tokenizer* tokenizer);
+// The same for a single choice (index 0).
 std::string render_response(const ResponseMeta& meta, const std::string& text,
                             FinishReason reason, const std::vector<TokenLogprob>* logprobs,
                             const UsageInfo& usage, const Tokenizer* tokenizer,
                             const TokenIdsOut& ids = {});
-// One SSE event ("data: {...}\n\n") carrying a text delta and/or the finish reason.
-// `first` adds the chat role delta.
+// One SSE event ("data: {...}\n\n") carrying a text delta and/or the finish reason of
+// choice `index`. `first` (the choice's first chunk) adds the chat role delta.
 std::string render_stream_chunk(const ResponseMeta& meta, const std::string& text, bool first,
                                  std::optional<FinishReason> reason,
                                  const std::vector<TokenLogprob>* logprobs,
-                                 const Tokenizer* tokenizer, const TokenIdsOut& ids = {});
+                                 const Tokenizer* tokenizer, const TokenIdsOut& ids = {},
+                                 int64_t index = 0);
 // The final usage event (stream_options.include_usage).
 std::string render_usage_chunk(const ResponseMeta& meta, const UsageInfo& usage);
 // An error as an SSE event: data: {"error": {...}}

@@ -18,7 +18,8 @@ TEST(OpenAiApiTest, ParsesCompletionWithAllKnownFields) {
     "stop_token_ids": [5], "best_of": 1, "unknown_field": {"x": 1}})");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->model, "m");
-  EXPECT_EQ(*r->prompt_text, "hi");
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(*r->prompts[0].text, "hi");
   EXPECT_EQ(r->params.max_tokens, 7);
   EXPECT_DOUBLE_EQ(r->params.temperature, 0.5);
   EXPECT_DOUBLE_EQ(r->params.top_p, 0.9);
@@ -51,12 +52,33 @@ TEST(OpenAiApiTest, ParsesPenaltiesAndLogitBias) {
 TEST(OpenAiApiTest, TokenPromptsAndDefaults) {
   auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": [1, 2, 3]})");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(r->prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r->params.max_tokens, 16);
   EXPECT_FALSE(r->max_tokens_given);
   auto r2 = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": [[4, 5]], "max_tokens": null})");
   ASSERT_TRUE(r2.ok());
-  EXPECT_EQ(r2->prompt_tokens, (std::vector<int32_t>{4, 5}));
+  ASSERT_EQ(r2->prompts.size(), 1u);
+  EXPECT_EQ(r2->prompts[0].tokens, (std::vector<int32_t>{4, 5}));
+}
+
+// Several prompts (strings and token lists mixed) and n: prompts x n choices, bounded.
+TEST(OpenAiApiTest, SeveralPromptsAndN) {
+  auto r = parse_openai_request(ApiEndpoint::kCompletions, R"({"prompt": ["a b", [7, 8], "c"], "n": 3})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->prompts.size(), 3u);
+  EXPECT_EQ(*r->prompts[0].text, "a b");
+  EXPECT_EQ(r->prompts[1].tokens, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(*r->prompts[2].text, "c");
+  EXPECT_EQ(r->n, 3);
+  EXPECT_TRUE(parse_openai_request(ApiEndpoint::kChat,
+      R"({"messages": [{"role": "user", "content": "x"}], "n": 64})").ok());
+  for (const char* bad : {R"({"prompt": "x", "n": 0})", R"({"prompt": "x", "n": 65})",
+                          R"({"prompt": ["x", "y"], "n": 33})", R"({"prompt": ["x", []]})",
+                          R"({"prompt": ["x", 3]})", R"({"prompt": [[1], ["a"]]})"}) {
+    auto b = parse_openai_request(ApiEndpoint::kCompletions, bad);
+    EXPECT_FALSE(b.ok()) << bad;
+  }
 }
 
 TEST(OpenAiApiTest, TopKOffValuesAndReturnTokenIds) {
@@ -81,10 +103,8 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "temperature": "hot"})",
       R"({"prompt": "x", "stream": "yes"})",
       R"({"prompt": "x", "stop": 5})",
-      R"({"prompt": "x", "n": 2})",
       R"({"prompt": "x", "best_of": 3})",             // not implemented: 400, not ignored
       R"({"prompt": "x", "best_of": "2"})",
-      R"({"prompt": ["a", "b"]})",                   // several prompts
       R"({"prompt": 12})",
       R"({"prompt": []})",
       R"({"max_tokens": 3})",                        // no prompt
