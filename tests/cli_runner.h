@@ -22,9 +22,13 @@ inline std::string strata_binary() {
 
 // Runs the binary with `args`; returns the exit status and stdout.
 // Runs `strata args`; stdout goes to *out, stderr is dropped (or appended to *out too when
-// with_stderr). Returns the exit status (-1 when it did not exit normally).
-inline int run_strata(const std::string& args, std::string* out, bool with_stderr = false) {
-  const std::string cmd = strata_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// with_stderr). Returns the exit status (-1 when it did not exit normally). With
+// timeout_s > 0 the command is killed after that many seconds (exit status 137).
+inline int run_strata(const std::string& args, std::string* out, bool with_stderr = false,
+                      int timeout_s = 0) {
+  const std::string limit = timeout_s > 0 ? "timeout -s KILL " + std::to_string(timeout_s) + " " : "";
+  const std::string cmd =
+      limit + strata_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return -1;
   char buf[4096];

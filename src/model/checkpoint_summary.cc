@@ -58,6 +58,8 @@ CheckpointSummary summarize_checkpoint(const SafetensorsCheckpoint& ckpt) {
     out.num_tensors += 1;
     out.total_params += params;
     out.total_bytes += t->num_bytes;
+    if (const int64_t bad = count_nonfinite(t->dtype, t->data, t->num_bytes); bad > 0)
+      out.nonfinite[name] = bad;
   }
   return out;
 }
@@ -70,6 +72,15 @@ std::string format_checkpoint_summary(const CheckpointSummary& s) {
                        human_bytes(c.bytes));
   out += fmt::format("{:<10} {:>9} {:>16} {:>14}\n", "total", s.num_tensors, s.total_params,
                      human_bytes(s.total_bytes));
+  int listed = 0;
+  for (const auto& [name, n] : s.nonfinite) {
+    if (listed++ == 20) {
+      out += fmt::format("non-finite: ... and {} more tensors\n", s.nonfinite.size() - 20);
+      break;
+    }
+    out += fmt::format("non-finite: tensor '{}' holds {} NaN/Inf value(s): the checkpoint is "
+                       "corrupt\n", name, n);
+  }
   return out;
 }
 

@@ -32,6 +32,9 @@ struct CheckpointSummary {
   int64_t total_params = 0;
   uint64_t total_bytes = 0;
   std::map<std::string, DTypeCount> by_category;  // "BF16", "F8_E4M3", "FP4_E2M1", ...
+  // Tensors holding NaN/Inf values (count_nonfinite), by name: a corrupt checkpoint, which
+  // the model loaders refuse.
+  std::map<std::string, int64_t> nonfinite;
 };
 
 // True if `w` (by name and dtype) is packed FP4 per the rule above, given its checkpoint.
@@ -39,7 +42,8 @@ bool is_fp4_packed_weight(const SafetensorsCheckpoint& ckpt, const TensorView& w
 
 CheckpointSummary summarize_checkpoint(const SafetensorsCheckpoint& ckpt);
 
-// Human-readable multi-line table (category, tensors, params, bytes) plus totals.
+// Human-readable multi-line table (category, tensors, params, bytes) plus totals, then a
+// line per tensor with NaN/Inf values (at most 20, then a count).
 std::string format_checkpoint_summary(const CheckpointSummary& s);
 
 }  // namespace strata

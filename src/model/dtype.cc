@@ -87,4 +87,32 @@ float fp4_e2m1_to_f32(uint8_t nibble) {
   return sign * std::ldexp(static_cast<float>(2 | mant), exp - 2);  // 1.m * 2^(e-1)
 }
 
+namespace {
+// Counts elements whose bits & mask == mask (little-endian words of W bytes).
+template <class W>
+int64_t count_all_ones(const uint8_t* data, size_t n_bytes, W mask) {
+  int64_t c = 0;
+  const size_t n = n_bytes / sizeof(W);
+  for (size_t i = 0; i < n; ++i) {
+    W w;
+    std::memcpy(&w, data + i * sizeof(W), sizeof(W));
+    c += (w & mask) == mask;
+  }
+  return c;
+}
+}  // namespace
+
+int64_t count_nonfinite(DType t, const uint8_t* data, size_t n_bytes) {
+  switch (t) {
+    case DType::kF32: return count_all_ones<uint32_t>(data, n_bytes, 0x7f800000u);
+    case DType::kF64: return count_all_ones<uint64_t>(data, n_bytes, 0x7ff0000000000000ull);
+    case DType::kF16: return count_all_ones<uint16_t>(data, n_bytes, 0x7c00u);
+    case DType::kBF16: return count_all_ones<uint16_t>(data, n_bytes, 0x7f80u);
+    case DType::kF8_E4M3: return count_all_ones<uint8_t>(data, n_bytes, 0x7fu);
+    case DType::kF8_E5M2: return count_all_ones<uint8_t>(data, n_bytes, 0x7cu);
+    case DType::kF8_E8M0: return count_all_ones<uint8_t>(data, n_bytes, 0xffu);
+    default: return 0;
+  }
+}
+
 }  // namespace strata

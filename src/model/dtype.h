@@ -27,6 +27,11 @@ std::optional<DType> dtype_from_string(std::string_view s);
 const char* dtype_name(DType t);
 // Bytes per element (1 for the 8-bit types; FP4 is stored as I8/U8 bytes of 2 values).
 size_t dtype_size(DType t);
+// Elements of `n_bytes` bytes of dtype `t` that are NaN or +-Inf: F32/F64/F16/BF16 (exponent
+// all ones), F8_E4M3 (the NaN codes 0x7F/0xFF; it has no Inf), F8_E5M2 (exponent all ones),
+// F8_E8M0 (0xFF, its NaN). Integer and bool dtypes hold none (0). `data` need not be
+// aligned. Thread safety: pure.
+int64_t count_nonfinite(DType t, const uint8_t* data, size_t n_bytes);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

@@ -101,5 +101,35 @@ TEST(DType, Bf16) {
   EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3F82);  // 1 + 3*2^-8: tie -> even 1+2^-6
 }
 
+// count_nonfinite, checked against the decoders: every code of the 8- and 16-bit formats
+// counts iff its decoded value is NaN or infinite.
+TEST(DType, CountNonfiniteMatchesTheDecoders) {
+  std::vector<uint8_t> b8(256);
+  for (int i = 0; i < 256; ++i) b8[i] = static_cast<uint8_t>(i);
+  int64_t e4m3 = 0, e8m0 = 0;
+  for (int i = 0; i < 256; ++i) {
+    e4m3 += !std::isfinite(fp8_e4m3_to_f32(static_cast<uint8_t>(i)));
+    e8m0 += !std::isfinite(ue8m0_to_f32(static_cast<uint8_t>(i)));
+  }
+  EXPECT_EQ(count_nonfinite(DType::kF8_E4M3, b8.data(), 256), e4m3);
+  EXPECT_EQ(e4m3, 2);
+  EXPECT_EQ(count_nonfinite(DType::kF8_E8M0, b8.data(), 256), e8m0);
+  EXPECT_EQ(e8m0, 1);
+  std::vector<uint16_t> h(65536);
+  for (int i = 0; i < 65536; ++i) h[i] = static_cast<uint16_t>(i);
+  int64_t bf = 0, f16 = 0;
+  for (int i = 0; i < 65536; ++i) {
+    bf += !std::isfinite(bf16_to_f32(static_cast<uint16_t>(i)));
+    f16 += !std::isfinite(f16_to_f32(static_cast<uint16_t>(i)));
+  }
+  const auto* hb = reinterpret_cast<const uint8_t*>(h.data());
+  EXPECT_EQ(count_nonfinite(DType::kBF16, hb, h.size() * 2), bf);
+  EXPECT_EQ(count_nonfinite(DType::kF16, hb, h.size() * 2), f16);
+  const float f[] = {1.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-45f};
+  EXPECT_EQ(count_nonfinite(DType::kF32, reinterpret_cast<const uint8_t*>(f), sizeof(f)), 3);
+  EXPECT_EQ(count_nonfinite(DType::kI32, reinterpret_cast<const uint8_t*>(f), sizeof(f)), 0);
+  EXPECT_EQ(count_nonfinite(DType::kU8, b8.data(), 256), 0);
+}
+
 }  // namespace
 }  // namespace strata

@@ -82,8 +82,16 @@ Status parse_into(const json& j, LlamaConfig* c) {
                   {"num_key_value_heads", c->num_key_value_heads},
                   {"vocab_size", c->vocab_size},
                   {"max_position_embeddings", c->max_position_embeddings}};
-  for (auto& p : positive)
+  // Upper bounds far past any released model, so a corrupt value is an error naming the
+  // field instead of an allocation of terabytes (the fuzz corpus found max_position_embeddings
+  // = 2^40 aborting with bad_alloc).
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  for (auto& p : positive) {
     if (p.v <= 0) return invalid_argument("config.json: field '{}' must be > 0, got {}", p.name, p.v);
+    if (p.v > kMaxDim)
+      return invalid_argument("config.json: field '{}' = {} is past the supported {}", p.name, p.v,
+                              kMaxDim);
+  }
   if (c->num_attention_heads % c->num_key_value_heads != 0)
     return invalid_argument(
         "config.json: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",

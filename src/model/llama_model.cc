@@ -25,6 +25,7 @@ StatusOr<kernels::WeightMatrix> get_matrix(const SafetensorsCheckpoint& ck, cons
                                            int64_t rows, int64_t cols) {
   STRATA_ASSIGN_OR_RETURN(TensorView t, ck.get(name));
   STRATA_RETURN_IF_ERROR(check_shape(t, {rows, cols}));
+  STRATA_RETURN_IF_ERROR(ck.check_finite(t));
   kernels::WeightMatrix w;
   if (t.dtype == DType::kF32) {
     w.type = kernels::WType::kF32;
@@ -44,6 +45,7 @@ StatusOr<std::vector<float>> get_vector(const SafetensorsCheckpoint& ck, const s
                                         int64_t n) {
   STRATA_ASSIGN_OR_RETURN(TensorView t, ck.get(name));
   STRATA_RETURN_IF_ERROR(check_shape(t, {n}));
+  STRATA_RETURN_IF_ERROR(ck.check_finite(t));
   std::vector<float> out(n);
   switch (t.dtype) {
     case DType::kF32:

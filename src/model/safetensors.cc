@@ -331,7 +331,21 @@ StatusOr<TensorView> SafetensorsCheckpoint::get(const std::string& name, DType d
     return failed_precondition(
         "checkpoint {}: tensor '{}' (in {}): expected {} {}, found {} {}", dir_, name, t.file,
         dtype_name(dtype), shape_str(expect_shape), dtype_name(t.dtype), shape_str(t.shape));
+  STRATA_RETURN_IF_ERROR(check_finite(t));
   return t;
+}
+
+Status SafetensorsCheckpoint::check_finite(const TensorView& t) const {
+  {
+    std::lock_guard lock(scanned_mu_);
+    if (scanned_.count(t.name)) return ok_status();
+  }
+  if (const int64_t bad = count_nonfinite(t.dtype, t.data, t.num_bytes); bad > 0)
+    return data_loss("checkpoint {}: tensor '{}' (in {}) holds {} NaN/Inf value(s) of {}: the "
+                     "weights are corrupt", dir_, t.name, t.file, bad, t.numel());
+  std::lock_guard lock(scanned_mu_);
+  scanned_.insert(t.name);
+  return ok_status();
 }
 
 std::vector<std::string> SafetensorsCheckpoint::names() const {

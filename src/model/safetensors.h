@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,9 +88,15 @@ class SafetensorsCheckpoint {
   // NotFound naming the checkpoint and tensor if absent.
   StatusOr<TensorView> get(const std::string& name) const;
   // Like get(), and also checks dtype and shape: FailedPrecondition naming the tensor,
-  // the file, the expected and the actual shape/dtype.
+  // the file, the expected and the actual shape/dtype. A floating-point tensor holding NaN
+  // or Inf values (count_nonfinite) is DataLoss naming the tensor, the file and the count:
+  // every model loader reads its weights through this call, so a corrupt checkpoint is
+  // refused at load (each tensor is scanned once per checkpoint object).
   StatusOr<TensorView> get(const std::string& name, DType dtype,
                            const std::vector<int64_t>& expect_shape) const;
+  // DataLoss (as above) when `t` holds NaN/Inf values; loaders that read tensors through
+  // the untyped get() call it for every weight.
+  Status check_finite(const TensorView& t) const;
   std::vector<std::string> names() const;
   const std::string& dir() const { return dir_; }
 
@@ -96,6 +104,8 @@ class SafetensorsCheckpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
+  mutable std::mutex scanned_mu_;
+  mutable std::set<std::string> scanned_;  // tensors found finite by the typed get()
 };
 
 // Writes tensors to one .safetensors file (used by `strata convert` and test fixtures).

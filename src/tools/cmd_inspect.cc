@@ -270,6 +270,10 @@ int run_inspect(const InspectArgs& a) {
     if (ck.ok()) summary = summarize_checkpoint(**ck);
     else checkpoint_error = ck.status().to_string();
   }
+  if (summary && !summary->nonfinite.empty())
+    checkpoint_error = fmt::format("{} tensor(s) hold NaN/Inf values (e.g. '{}'): the checkpoint "
+                                   "is corrupt and will not load", summary->nonfinite.size(),
+                                   summary->nonfinite.begin()->first);
   if (!checkpoint_error.empty()) fmt::print(stderr, "inspect: checkpoint: {}\n", checkpoint_error);
   const int status = checkpoint_error.empty() ? 0 : 1;
   if (a.json) {
@@ -281,7 +285,8 @@ int run_inspect(const InspectArgs& a) {
       for (const auto& [cat, n] : summary->by_category)
         by[cat] = {{"tensors", n.tensors}, {"params", n.params}, {"bytes", n.bytes}};
       j["parameters"] = {{"total_params", summary->total_params},
-                         {"total_bytes", summary->total_bytes}, {"by_dtype", by}};
+                         {"total_bytes", summary->total_bytes}, {"by_dtype", by},
+                         {"nonfinite_tensors", summary->nonfinite}};
     }
     if (!checkpoint_error.empty()) j["checkpoint_error"] = checkpoint_error;
     if (a.handoff >= 0) j["handoff"] = handoff_json(*graph, a.handoff);

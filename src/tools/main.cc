@@ -2,6 +2,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -31,6 +32,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints the help or the error
     return rc == 0 ? 0 : 2;      // CLI11's own codes (105, 106, ...) are all usage errors
+  } catch (const std::bad_alloc&) {
+    // A model, pool size or config whose memory this machine does not have: a clear failure,
+    // not an abort.
+    std::fputs("strata: out of memory (the model, --kv-cache-tokens or a config value asks "
+               "for more memory than this machine has)\n", stderr);
+    return 1;
   }
   if (app.get_subcommands().empty()) {
     std::fputs(app.help().c_str(), stderr);
