@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -482,6 +483,45 @@ TEST_F(ServeE2eTest, SeveralPromptsAndNEqualSingleRequests) {
   // Past 64 choices: a 400.
   expect_openai_error(http_post(port(), "/v1/completions",
                                 json({{"prompt", prompts}, {"n", 22}}).dump()), 400);
+}
+
+// Seeded fuzz of request bodies (issue 24 item 3): valid requests with one value replaced
+// by another JSON type or bytes flipped. Every reply is a 200 or a 4xx with an OpenAI error
+// body -- never a dropped connection or a 5xx -- and the server still answers at the end.
+TEST_F(ServeE2eTest, FuzzedBodiesGetAnswersNotCrashes) {
+  const std::vector<std::pair<std::string, json>> seeds = {
+      {"/v1/completions", {{"prompt", "Once"}, {"max_tokens", 3}, {"temperature", 0.5},
+                           {"stop", {"x"}}, {"logprobs", 2}, {"n", 2}, {"seed", 1}}},
+      {"/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 2}, {"stream", true},
+                           {"logit_bias", {{"5", 1}}}}},
+      {"/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                {"max_tokens", 2}, {"top_logprobs", 1}, {"logprobs", true}}}};
+  const json values[] = {nullptr, -1, 0, 1, int64_t{1} << 40, 1e308, -0.5, "x", "",
+                         json::array(), json::array({1, "a"}), json::object(), true, false};
+  std::mt19937_64 rng(0xf022);
+  int answered = 0;
+  for (int i = 0; i < 600; ++i) {
+    const auto& [path, base] = seeds[rng() % seeds.size()];
+    json b = base;
+    std::vector<std::string> keys;
+    for (auto it = b.begin(); it != b.end(); ++it) keys.push_back(it.key());
+    std::string body;
+    if (rng() % 5 == 0) {
+      body = b.dump();
+      for (int k = 0; k < 3; ++k) body[rng() % body.size()] = static_cast<char>(rng() & 0xff);
+    } else {
+      b[keys[rng() % keys.size()]] = values[rng() % std::size(values)];
+      body = b.dump();
+    }
+    SCOPED_TRACE(body);
+    const auto r = http_post(port(), path, body);
+    ASSERT_NE(r.status, 0) << "connection dropped";
+    EXPECT_TRUE(r.status == 200 || (r.status >= 400 && r.status < 500)) << r.status << " " << r.body;
+    if (r.status >= 400) expect_openai_error(r, r.status);
+    ++answered;
+  }
+  EXPECT_EQ(answered, 600);
+  EXPECT_EQ(http_get(port(), "/health").status, 200);
 }
 
 TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {
