@@ -109,7 +109,8 @@ std::string RouteDivergence::describe() const {
 }
 
 std::string GoldenCaseResult::summary() const {
-  const std::string diff = rows_strict > 0 ? fmt::format("{:.6g}", max_abs_diff) : "n/a";
+  const std::string diff = rows_strict > 0 ? fmt::format("{:.6g}", max_abs_diff)
+                                           : "n/a (no logits row was compared strictly)";
   std::string s = fmt::format(
       "{} L={}{}: {} rows {}/{} strict ({} bit-exact), max_abs_diff={}, argmax {}/{}", name,
       prompt_len, fragile ? " (fragile)" : "", passed ? "PASS" : "FAIL", rows_strict, rows_total,

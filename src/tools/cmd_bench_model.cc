@@ -59,6 +59,9 @@ int run_bench_model(BenchModelCli& o) {
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
+  // Progress on stderr: loading and packing a large model, and each run, take a while.
+  const auto t_load = Clock::now();
+  fmt::print(stderr, "[bench model] loading {} ...\n", o.model);
   auto runner_or = make_model_runner(o.model, ro);
   if (!runner_or.ok()) {
     fmt::print(stderr, "strata bench model: {}\n", runner_or.status().to_string());
@@ -66,6 +69,7 @@ int run_bench_model(BenchModelCli& o) {
   }
   ModelRunner& runner = **runner_or;
   const ModelInfo& info = runner.info();
+  fmt::print(stderr, "[bench model] loaded and packed in {:.1f} s\n", seconds_since(t_load));
   const int threads = o.threads > 0 ? o.threads : ThreadPool(0).num_threads();
   if (o.prompt_tokens < 1 || o.decode_tokens < 1) {
     fmt::print(stderr, "strata bench model: --prompt-tokens and --decode-tokens must be >= 1\n");
@@ -92,6 +96,9 @@ int run_bench_model(BenchModelCli& o) {
   double decode_cpu = 0, decode_wall = 0;
   std::vector<float> logits;
   for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
+    fmt::print(stderr, "[bench model] {} {}/{}: prefill {} + decode {} tokens\n",
+               rep == 0 ? "warm-up" : "run", rep == 0 ? 1 : rep, rep == 0 ? 1 : o.repeats,
+               o.prompt_tokens, o.decode_tokens);
     const SeqId seq{rep};
     if (Status st = runner.add_sequence(seq); !st.ok()) {
       fmt::print(stderr, "strata bench model: {}\n", st.to_string());
@@ -215,6 +222,10 @@ int run_bench_model(BenchModelCli& o) {
                  "reaches {:.1f}% ({:.2f} GB/s)\n",
                  bytes_per_token / 1e6, roofline_tps, bw / 1e9, 100.0 * decode_tps / roofline_tps,
                  achieved / 1e9);
+    if (bytes_per_token > 0 && decode_tps > roofline_tps)
+      fmt::print("               (above 100%: the {:.2f} MB a token reads fit in this CPU's "
+                 "caches, so decode is not bound by the DRAM bandwidth the probe measures)\n",
+                 bytes_per_token / 1e6);
     if (o.breakdown) {
       fmt::print("decode phases  per token over {} x {} tokens, wall time on the calling thread "
                  "(a phase's pool dispatch included)\n",

@@ -167,7 +167,7 @@ int run_generate(GenerateCli& o) {
                res->prompt_ids.size() / std::max(1e-9, res->prefill_seconds),
                res->generated_ids.size(),
                n > 1 ? (n - 1) / std::max(1e-9, res->decode_seconds) : 0.0,
-               o.threads);
+               o.threads > 0 ? o.threads : ThreadPool(0).num_threads());
   }
   return 0;
 }
