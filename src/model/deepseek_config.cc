@@ -2,6 +2,7 @@
 #include "model/deepseek_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -349,6 +350,25 @@ Status DeepseekConfig::finalize() {
   STRATA_RETURN_IF_ERROR(need_pos("n_routed_experts", n_routed_experts));
   STRATA_RETURN_IF_ERROR(need_pos("n_activated_experts / num_experts_per_tok", n_activated_experts));
   STRATA_RETURN_IF_ERROR(need_pos("moe_inter_dim / moe_intermediate_size", moe_inter_dim));
+  // Floating-point fields: finite and in their range (the fuzz corpus found rope_theta =
+  // -2^31 and compress_rope_theta = 1e308 tripping a CHECK in the RoPE tables).
+  auto need_range = [](const char* name, double v, double lo, double hi, bool lo_open) -> Status {
+    if (!std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo))
+      return invalid_argument("config field '{}' = {} is outside {}{}, {}]", name, v,
+                              lo_open ? "(" : "[", lo, hi);
+    return ok_status();
+  };
+  STRATA_RETURN_IF_ERROR(need_range("rope_theta", rope_theta, 0, 1e30, true));
+  if (compress_rope_theta != 0)
+    STRATA_RETURN_IF_ERROR(need_range("compress_rope_theta", compress_rope_theta, 0, 1e30, true));
+  STRATA_RETURN_IF_ERROR(need_range("rope_scaling.factor", rope_factor, 0, 1e6, true));
+  STRATA_RETURN_IF_ERROR(need_range("rope_scaling.beta_fast", beta_fast, -1e6, 1e6, false));
+  STRATA_RETURN_IF_ERROR(need_range("rope_scaling.beta_slow", beta_slow, -1e6, 1e6, false));
+  STRATA_RETURN_IF_ERROR(need_range("rms_norm_eps / norm_eps", norm_eps, 0, 1, true));
+  STRATA_RETURN_IF_ERROR(need_range("routed_scaling_factor", route_scale, -1e6, 1e6, false));
+  STRATA_RETURN_IF_ERROR(need_range("swiglu_limit", swiglu_limit, 0, 1e30, false));
+  STRATA_RETURN_IF_ERROR(need_range("gate_temp", gate_temp, 0, 1e6, true));
+  STRATA_RETURN_IF_ERROR(need_range("hc_eps", hc_eps, 0, 1, false));
   if (rope_head_dim > head_dim || rope_head_dim % 2)
     return invalid_argument("rope_head_dim {} must be even and <= head_dim {}", rope_head_dim,
                             head_dim);
