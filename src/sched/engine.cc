@@ -229,6 +229,11 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
         info.max_context, prompt.size());
   }
   if (params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (params.json_object && tokenizer_ == nullptr)
+    return invalid_argument("response_format json_object needs a model with a tokenizer");
+  if (params.json_object && info.eos_id < 0 && params.stop_token_ids.empty())
+    return invalid_argument("response_format json_object needs an EOS token or stop_token_ids "
+                            "to end the object");
   if (params.min_tokens < 0 || params.min_tokens > params.max_tokens)
     return invalid_argument("min_tokens must be in [0, max_tokens = {}], got {}", params.max_tokens,
                             params.min_tokens);
@@ -364,6 +369,11 @@ bool Engine::iterate() {
         if (t >= 0) stop_ids.push_back(t);
     a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)),
                                                   in.prompt, std::move(stop_ids));
+    if (a->params.json_object) {
+      std::vector<int32_t> ends = a->params.stop_token_ids;  // what may follow the object
+      if (info.eos_id >= 0) ends.push_back(info.eos_id);
+      a->sampler->set_json_constraint(std::make_unique<JsonTokenMask>(json_token_bytes(), std::move(ends)));
+    }
     a->stop = std::make_unique<StopChecker>(a->params.stop);
     a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);
@@ -466,6 +476,29 @@ bool Engine::iterate() {
   counters_.schedule_seconds_total += seconds(t1 - t0) + seconds(Clock::now() - t2);
   publish_stats();
   return true;
+}
+
+std::shared_ptr<const std::vector<std::string>> Engine::json_token_bytes() {
+  if (json_token_bytes_) return json_token_bytes_;
+  // Every token's bytes; special tokens (BOS/EOS and "<|...|>" / "<｜...｜>" / "<s>"-style
+  // names) add nothing the JSON may contain, so they get no bytes (never allowed inside).
+  const ModelInfo& info = runner_->info();
+  auto t = std::make_shared<std::vector<std::string>>(static_cast<size_t>(info.vocab_size));
+  auto special = [](const std::string& b) {
+    auto wrapped = [&](std::string_view open, std::string_view close) {
+      return b.size() >= open.size() + close.size() && b.compare(0, open.size(), open) == 0 &&
+             b.compare(b.size() - close.size(), close.size(), close) == 0;
+    };
+    return wrapped("<|", "|>") || wrapped("<\xef\xbd\x9c", "\xef\xbd\x9c>") || b == "<s>" ||
+           b == "</s>" || b == "<unk>" || b == "<pad>";
+  };
+  for (int32_t id = 0; id < info.vocab_size; ++id) {
+    if (id == info.bos_id || id == info.eos_id || id >= tokenizer_->vocab_size()) continue;
+    std::string b = tokenizer_->token_bytes(id);
+    if (!special(b)) (*t)[id] = std::move(b);
+  }
+  json_token_bytes_ = std::move(t);
+  return json_token_bytes_;
 }
 
 std::string Engine::decode_piece(Active& a, int32_t token) {

@@ -134,6 +134,9 @@ class Engine {
   void check_invariants() const;
 
  private:
+  // Every token's bytes for constrained decoding (built on first use; engine thread).
+  std::shared_ptr<const std::vector<std::string>> json_token_bytes();
+  std::shared_ptr<const std::vector<std::string>> json_token_bytes_;
   struct Active;
   void loop();
   bool iterate();

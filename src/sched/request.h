@@ -39,6 +39,10 @@ struct GenerationParams {
   // unless ignore_eos, and stop_token_ids) cannot be sampled (their logits are -inf). Stop
   // strings are not affected. Must be <= max_tokens.
   int64_t min_tokens = 0;
+  // OpenAI's response_format {"type": "json_object"}: constrained decoding -- every sampled
+  // token keeps the text a prefix of a JSON object (sched/json_constraint.h), and once the
+  // object closes only EOS (or a stop_token_id) may follow. Needs a tokenizer.
+  bool json_object = false;
   // Log-probabilities: -1 = none; k >= 0 = logprob of each chosen token plus the top k
   // alternatives, from the model's raw distribution (log_softmax of the logits).
   int32_t logprobs = -1;

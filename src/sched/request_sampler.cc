@@ -41,7 +41,7 @@ RequestSampler::RequestSampler(const GenerationParams& params, uint64_t fallback
 
 bool RequestSampler::processes() const {
   return presence_ != 0.0 || frequency_ != 0.0 || repetition_ != 1.0 || !bias_.empty() ||
-         (sampled_ < min_tokens_ && !stop_ids_.empty());
+         (sampled_ < min_tokens_ && !stop_ids_.empty()) || json_ != nullptr;
 }
 
 SampleResult RequestSampler::sample(std::span<const float> logits) {
@@ -64,9 +64,12 @@ SampleResult RequestSampler::sample(std::span<const float> logits) {
     }
     for (const auto& [id, b] : bias_)
       if (id >= 0 && id < V) work_[id] += b;
-    if (sampled_ < min_tokens_)
+    // min_tokens holds back the stop ids -- unless a JSON constraint is complete, when they
+    // are all that may follow.
+    if (sampled_ < min_tokens_ && !(json_ && json_->complete()))
       for (int32_t id : stop_ids_)
         if (id >= 0 && id < V) work_[id] = -std::numeric_limits<float>::infinity();
+    if (json_) json_->apply(work_);
     t = sampler_.sample(work_);
     if (want_logprobs_) {
       // Logprobs of the raw distribution (vLLM's default "raw_logprobs").
@@ -88,6 +91,7 @@ SampleResult RequestSampler::sample(std::span<const float> logits) {
     }
   }
   if (t.id >= 0) {
+    if (json_) json_->accept(t.id);
     if (presence_ != 0.0 || frequency_ != 0.0) {
       if (static_cast<size_t>(t.id) >= out_count_.size()) out_count_.resize(t.id + 1, 0);
       ++out_count_[t.id];

@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "exec/sampler.h"
+#include "sched/json_constraint.h"
 #include "sched/request.h"
 
 namespace strata {
@@ -34,6 +36,8 @@ class RequestSampler {
   // is set), samples, and records the sampled token for the penalties of later steps.
   // Logprobs are those of the unprocessed logits.
   SampleResult sample(std::span<const float> logits);
+  // Constrained decoding (params.json_object): every later sample() keeps to `mask`.
+  void set_json_constraint(std::unique_ptr<JsonTokenMask> mask) { json_ = std::move(mask); }
 
  private:
   static SamplingParams to_sampling_params(const GenerationParams& p, uint64_t fallback_seed);
@@ -45,6 +49,7 @@ class RequestSampler {
   int64_t min_tokens_ = 0;
   std::vector<int32_t> stop_ids_;   // masked while fewer than min_tokens_ were sampled
   int64_t sampled_ = 0;
+  std::unique_ptr<JsonTokenMask> json_;
   std::vector<int32_t> out_count_;  // occurrences among generated tokens, by id (grown lazily)
   std::vector<uint8_t> seen_;       // prompt or output contains the id (repetition penalty)
   std::vector<float> work_;         // processed logits

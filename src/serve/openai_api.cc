@@ -166,9 +166,12 @@ Status check_fields(const json& body, ParsedRequest* r) {
     const json& f = body["response_format"];
     if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
       return wrong_type("response_format", "an object with a string 'type'");
-    if (f["type"] != "text")
-      return invalid_argument("response_format type '{}' is not supported (only 'text')",
-                              f["type"].get<std::string>());
+    if (f["type"] == "json_object") {
+      r->params.json_object = true;
+    } else if (f["type"] != "text") {
+      return invalid_argument("response_format type '{}' is not supported (only 'text' and "
+                              "'json_object')", f["type"].get<std::string>());
+    }
   }
   return ok_status();
 }

@@ -118,7 +118,7 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "min_tokens": "3"})",
       R"({"prompt": "x", "tools": [{"type": "function"}]})",   // unsupported, not ignored
       R"({"prompt": "x", "tool_choice": "auto"})",
-      R"({"prompt": "x", "response_format": {"type": "json_object"}})",
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",
       R"({"prompt": "x", "response_format": "json"})",
       R"({"prompt": "x", "suffix": "end"})",
       R"({"prompt": "x", "prompt_logprobs": 1})",
