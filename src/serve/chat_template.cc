@@ -1,15 +1,10 @@
 #include "serve/chat_template.h"
 
+#include "serve/deepseek_v4_parsers.h"
+
 #include <cctype>
 
 namespace strata {
-
-namespace {
-constexpr const char* kBos = "<｜begin▁of▁sentence｜>";
-constexpr const char* kEos = "<｜end▁of▁sentence｜>";
-constexpr const char* kUser = "<｜User｜>";
-constexpr const char* kAssistant = "<｜Assistant｜>";
-}  // namespace
 
 ChatFormat chat_format_for_architecture(const std::string& architecture) {
   std::string a;
@@ -20,39 +15,20 @@ ChatFormat chat_format_for_architecture(const std::string& architecture) {
 StatusOr<std::string> render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                                   const ChatTemplateOptions& options) {
   if (messages.empty()) return invalid_argument("messages must not be empty");
-  for (const ChatMessage& m : messages) {
-    if (m.role != "system" && m.role != "developer" && m.role != "user" &&
-        m.role != "assistant") {
-      return invalid_argument("unsupported message role '{}'", m.role);
-    }
+  if (format == ChatFormat::kDeepSeek) {
+    DeepseekV4PromptOptions po;
+    po.thinking = options.thinking;
+    return render_deepseek_v4_prompt(messages, options.tools_json, po);
   }
+  if (!options.tools_json.empty() && options.tools_json != "[]")
+    return invalid_argument("this model has no tool-call format: 'tools' need a DeepSeek model");
   std::string out;
-  if (format == ChatFormat::kPlain) {
-    for (const ChatMessage& m : messages) {
-      out += (m.role == "developer" ? std::string("system") : m.role) + ": " + m.content + "\n";
-    }
-    if (options.add_generation_prompt) out += "assistant:";
-    return out;
-  }
-  out = kBos;
   for (const ChatMessage& m : messages) {
-    if (m.role == "system" || m.role == "developer") out += m.content;
+    if (m.role != "system" && m.role != "developer" && m.role != "user" && m.role != "assistant")
+      return invalid_argument("unsupported message role '{}'", m.role);
+    out += (m.role == "developer" ? std::string("system") : m.role) + ": " + m.content + "\n";
   }
-  for (const ChatMessage& m : messages) {
-    if (m.role == "user") {
-      out += kUser;
-      out += m.content;
-    } else if (m.role == "assistant") {
-      out += kAssistant;
-      out += "</think>";
-      out += m.content;
-      out += kEos;
-    }
-  }
-  if (options.add_generation_prompt) {
-    out += kAssistant;
-    out += options.thinking ? "<think>" : "</think>";
-  }
+  if (options.add_generation_prompt) out += "assistant:";
   return out;
 }
 

@@ -18,7 +18,9 @@ TEST(ChatTemplateTest, DeepSeekFormat) {
   EXPECT_EQ(*s,
             "<｜begin▁of▁sentence｜>S<｜User｜>hello<｜Assistant｜></think>hi"
             "<｜end▁of▁sentence｜><｜User｜>1+1=?<｜Assistant｜></think>");
-  auto t = render_chat(ChatFormat::kDeepSeek, {{"user", "q"}}, {.thinking = true});
+  ChatTemplateOptions thinking;
+  thinking.thinking = true;
+  auto t = render_chat(ChatFormat::kDeepSeek, {{"user", "q"}}, thinking);
   EXPECT_EQ(*t, "<｜begin▁of▁sentence｜><｜User｜>q<｜Assistant｜><think>");
 }
 
@@ -47,6 +49,20 @@ TEST(ChatTemplateTest, DeepSeekMarkersAreSingleSpecialTokens) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 128803), 2);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 128804), 2);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);  // <｜end▁of▁sentence｜> after "Yo"
+}
+
+// Tools reach the DeepSeek prompt (the V4 encoder's "## Tools" section); the plain format
+// has no tool syntax and refuses them.
+TEST(ChatTemplate, ToolsInTheDeepseekPrompt) {
+  ChatTemplateOptions o;
+  o.tools_json = R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+  auto s = render_chat(ChatFormat::kDeepSeek, {{"user", "weather?"}}, o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_NE(s->find("## Tools"), std::string::npos) << *s;
+  EXPECT_NE(s->find("\"get_weather\""), std::string::npos) << *s;
+  auto without = render_chat(ChatFormat::kDeepSeek, {{"user", "weather?"}});
+  EXPECT_EQ(without->find("## Tools"), std::string::npos);
+  EXPECT_FALSE(render_chat(ChatFormat::kPlain, {{"user", "x"}}, o).ok());
 }
 
 }  // namespace

@@ -73,15 +73,65 @@ StatusOr<std::string> ChoiceStreams::collect(const std::function<bool()>& client
     }
   }
   std::vector<ChoiceOut> out;
-  for (const Choice& c : choices_) {
+  for (Choice& c : choices_) {
     ChoiceOut o{c.run.index, c.text, c.last.finish_reason, o_.want_logprobs ? &c.logprobs : nullptr, {}};
     if (o_.want_token_ids) o.ids = TokenIdsOut{&c.run.prompt_ids, &c.out_ids};
+    if (o_.chat_parser) {
+      c.parsed = parse_deepseek_v4_output(c.text, parser_options(c));
+      o.parsed = &c.parsed;
+    }
     out.push_back(std::move(o));
   }
   return render_response(o_.meta, out, usage(), o_.tokenizer);
 }
 
+DeepseekV4ParserOptions ChoiceStreams::parser_options(const Choice& c) const {
+  DeepseekV4ParserOptions p = *o_.chat_parser;
+  p.id_seed = o_.meta.id + "/" + std::to_string(c.run.index);
+  return p;
+}
+
+std::string ChoiceStreams::render_parsed_event(Choice& c, const RequestEvent& ev) {
+  std::string out;
+  if (c.first) {
+    out += render_stream_delta(o_.meta, {{"role", "assistant"}, {"content", ""}}, c.run.index,
+                               nullptr, nullptr, o_.tokenizer);
+    c.parser = std::make_unique<DeepseekV4StreamParser>(parser_options(c));
+  }
+  // Logprobs and token ids of this event ride on its first chunk (an empty delta if the
+  // parser holds the text back).
+  const std::vector<TokenLogprob>* lps = o_.want_logprobs && !ev.logprobs.empty() ? &ev.logprobs : nullptr;
+  TokenIdsOut ids;
+  if (o_.want_token_ids) {
+    if (!ev.tokens.empty()) ids.output = &ev.tokens;
+    if (c.first) ids.prompt = &c.run.prompt_ids;
+  }
+  c.first = false;
+  bool extras = lps != nullptr || ids.output != nullptr || ids.prompt != nullptr;
+  std::vector<ChatDelta> deltas = c.parser->feed(ev.text);
+  if (ev.finished) {
+    std::vector<ChatDelta> rest = c.parser->finish();
+    deltas.insert(deltas.end(), rest.begin(), rest.end());
+  }
+  for (const ChatDelta& d : deltas) {
+    out += render_stream_delta(o_.meta, chat_delta_to_openai(d), c.run.index, nullptr,
+                               extras ? lps : nullptr, o_.tokenizer, extras ? ids : TokenIdsOut{});
+    extras = false;
+  }
+  if (extras)
+    out += render_stream_delta(o_.meta, nlohmann::json::object(), c.run.index, nullptr, lps,
+                               o_.tokenizer, ids);
+  if (ev.finished) {
+    const bool calls = c.parser->tool_call_count() > 0 && ev.finish_reason == FinishReason::kStop;
+    out += render_stream_delta(o_.meta, nlohmann::json::object(), c.run.index,
+                               calls ? "tool_calls" : finish_reason_name(ev.finish_reason),
+                               nullptr, o_.tokenizer);
+  }
+  return out;
+}
+
 std::string ChoiceStreams::render_event(Choice& c, const RequestEvent& ev) {
+  if (o_.chat_parser) return render_parsed_event(c, ev);
   std::string out;
   const std::vector<TokenLogprob>* lps = o_.want_logprobs ? &ev.logprobs : nullptr;
   if (!ev.tokens.empty() || !ev.text.empty() || (c.first && o_.meta.endpoint == ApiEndpoint::kChat)) {

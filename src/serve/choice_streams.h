@@ -3,6 +3,10 @@
 // become the response: collected into one JSON body (non-streaming), or multiplexed into
 // SSE chunks each naming its choice index (streaming).
 //
+// With a chat parser (ChoiceRenderOptions::chat_parser) each choice's text is split into
+// reasoning_content / content / tool_calls (serve/deepseek_v4_parsers.h); the streamed deltas
+// join to the non-streaming message.
+//
 // Usage adds up the choices' completion tokens and counts each prompt once (its first
 // choice's prompt and cached tokens). A choice that ends in an error or is cancelled fails
 // the whole response: the other choices are cancelled (non-streaming: the error status;
@@ -16,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +28,7 @@
 #include "base/status.h"
 #include "model/tokenizer.h"
 #include "sched/request.h"
+#include "serve/deepseek_v4_parsers.h"
 #include "serve/openai_api.h"
 
 namespace strata {
@@ -40,6 +46,9 @@ struct ChoiceRenderOptions {
   bool want_logprobs = false;
   bool want_token_ids = false;  // return_token_ids, or a model without a tokenizer
   bool include_usage = false;   // streaming: stream_options.include_usage
+  // Chat with --reasoning-parser / --tool-call-parser: each choice's output goes through a
+  // DeepSeek V4 parser (its id_seed is set per choice: response id + index).
+  std::optional<DeepseekV4ParserOptions> chat_parser;
 };
 
 class ChoiceStreams {
@@ -69,7 +78,12 @@ class ChoiceStreams {
     std::string text;
     std::vector<TokenLogprob> logprobs;
     std::vector<int32_t> out_ids;
+    std::unique_ptr<DeepseekV4StreamParser> parser;  // streaming with a chat parser
+    ParsedChatOutput parsed;                         // non-streaming with a chat parser
   };
+  DeepseekV4ParserOptions parser_options(const Choice& c) const;
+  // Streaming with a parser: the chunks of one event (deltas, then the finish chunk).
+  std::string render_parsed_event(Choice& c, const RequestEvent& ev);
   // Takes one event of choice c (non-streaming: accumulates it).
   void absorb(Choice& c, RequestEvent ev);
   UsageInfo usage() const;

@@ -309,6 +309,9 @@ void HttpServer::install_routes() {
     if (!r.model.empty() && r.model != model_name_) {
       return send_status(res, not_found("The model '{}' does not exist", r.model));
     }
+    if (r.tools_enabled && options_.tool_call_parser.empty())
+      return send_status(res, invalid_argument("'tools' need a server started with "
+                                               "--tool-call-parser (deepseek_v4)"));
     if (!engine_->serving()) {
       return send_status(res, Status(StatusCode::kUnavailable, "server is shutting down"));
     }
@@ -395,7 +398,17 @@ void HttpServer::install_routes() {
     ChoiceRenderOptions ro{ResponseMeta{ep, new_response_id(ep),
                                         static_cast<int64_t>(std::time(nullptr)), model_name_},
                            engine_->tokenizer(), r.params.logprobs >= 0, want_token_ids,
-                           r.include_usage};
+                           r.include_usage, std::nullopt};
+    if (ep == ApiEndpoint::kChat &&
+        (!options_.reasoning_parser.empty() || !options_.tool_call_parser.empty())) {
+      DeepseekV4ParserOptions po;
+      // Without a reasoning parser everything is content (as vLLM).
+      po.thinking = !options_.reasoning_parser.empty() && r.chat_options.thinking;
+      po.tools_enabled = !options_.tool_call_parser.empty() && r.tools_enabled;
+      po.dialect = engine_->model_info().architecture == "deepseek_v41" ? DsmlDialect::kV41
+                                                                          : DsmlDialect::kV4;
+      ro.chat_parser = po;
+    }
     auto choices = std::make_shared<ChoiceStreams>(std::move(runs), std::move(ro));
     if (r.stream) {
       res.set_header("Cache-Control", "no-cache");

@@ -61,6 +61,12 @@ struct HttpServerOptions {
   // explicit max_tokens past it is a 400 context_length_exceeded (vLLM); without max_tokens,
   // generation stops at the limit.
   int64_t max_model_len = 0;
+  // Chat output parsers (vLLM's --reasoning-parser / --tool-call-parser): "" = off, or
+  // "deepseek_v4" (serve/deepseek_v4_parsers.h; DeepSeek V4 / V4.1 models only): the reasoning
+  // goes to `reasoning_content`, DSML tool calls to `tool_calls` (and a request's `tools`
+  // are accepted only with a tool-call parser).
+  std::string reasoning_parser;
+  std::string tool_call_parser;
   // Prefix of every /metrics name ("strata:"; "vllm:" makes vLLM's dashboards work).
   std::string metrics_prefix = "strata:";
   // API key, allowed hosts, CORS (serve/request_guard.h).

@@ -36,12 +36,22 @@ class SlowRunner : public FakeRunner {
 };
 
 struct Stack {
+  static HttpServerOptions options(int64_t max_model_len, const RequestGuardOptions& guard) {
+    HttpServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.threads = 8;
+    o.max_body_bytes = 4096;
+    o.max_model_len = max_model_len;
+    o.guard = guard;
+    return o;
+  }
   explicit Stack(int64_t max_context = 4096, RequestGuardOptions guard = {},
                  int64_t max_model_len = 0)
       : runner({.vocab = 64, .max_context = max_context}),
         metrics("fake"),
         engine(&runner, nullptr, {}),
-        http(&engine, &metrics, {.host = "127.0.0.1", .port = 0, .threads = 8, .max_body_bytes = 4096, .model_name = "", .disaggregation_mode = "", .kv_sender = nullptr, .kv_receiver = nullptr, .kv_load_failure_recompute = false, .max_model_len = max_model_len, .guard = guard}) {
+        http(&engine, &metrics, options(max_model_len, guard)) {
     engine.set_observer(&metrics);
     engine.start();
     EXPECT_TRUE(http.start().ok());

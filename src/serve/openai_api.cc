@@ -121,6 +121,29 @@ Status parse_messages(const json& body, ParsedRequest* r) {
         return wrong_type("messages.content", "a string or an array of content parts");
       }
     }
+    if (given(m, "reasoning_content")) {
+      if (!m["reasoning_content"].is_string()) return wrong_type("messages.reasoning_content", "a string");
+      cm.reasoning_content = m["reasoning_content"].get<std::string>();
+    }
+    if (given(m, "tool_call_id")) {
+      if (!m["tool_call_id"].is_string()) return wrong_type("messages.tool_call_id", "a string");
+      cm.tool_call_id = m["tool_call_id"].get<std::string>();
+    }
+    if (given(m, "tool_calls")) {
+      const json& tcs = m["tool_calls"];
+      if (!tcs.is_array()) return wrong_type("messages.tool_calls", "an array");
+      for (const json& tc : tcs) {
+        if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
+            !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+          return wrong_type("messages.tool_calls", "an array of {\"function\": {\"name\", \"arguments\"}}");
+        ToolCall call;
+        if (tc.contains("id") && tc["id"].is_string()) call.id = tc["id"].get<std::string>();
+        call.name = tc["function"]["name"].get<std::string>();
+        const json& args = tc["function"].value("arguments", json("{}"));
+        call.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+        cm.tool_calls.push_back(std::move(call));
+      }
+    }
     r->messages.push_back(std::move(cm));
   }
   return ok_status();
@@ -134,11 +157,11 @@ const std::set<std::string, std::less<>> kReadFields = {
     "repetition_penalty", "logit_bias", "n", "best_of", "stop", "stop_token_ids", "ignore_eos",
     "min_tokens", "return_token_ids", "priority", "stream", "stream_options", "logprobs",
     "top_logprobs", "echo", "chat_template_kwargs", "kv_transfer_params", "user", "request_id",
-    "response_format"};
+    "response_format", "tools", "tool_choice"};
 // OpenAI / vLLM request fields with a meaning Strata does not implement: a 400 naming the
 // field, never a silent answer that ignores it.
 const std::set<std::string, std::less<>> kUnsupportedFields = {
-    "tools", "tool_choice", "functions", "function_call", "suffix", "audio", "modalities",
+    "functions", "function_call", "suffix", "audio", "modalities",
     "prediction", "web_search_options", "guided_json", "guided_regex", "guided_choice",
     "guided_grammar", "structured_outputs", "prompt_logprobs", "use_beam_search",
     "truncate_prompt_tokens", "chat_template", "documents", "continue_final_message",
@@ -150,6 +173,27 @@ bool asks_nothing(const std::string& key, const json& v) {
   if (v.is_boolean()) return !v.get<bool>();
   if (v.is_array() || v.is_object()) return v.empty();
   return key == "tool_choice" && v == "none";
+}
+
+// "tools" / "tool_choice" (chat): the tools go into the prompt and the output is parsed for
+// calls (serve/deepseek_v4_parsers.h). tool_choice "auto" (the default with tools) and
+// "none" only: a forced call ("required" or a named function) is not implemented.
+Status parse_tools(const json& body, ParsedRequest* r) {
+  std::string choice = "auto";
+  if (given(body, "tool_choice")) {
+    const json& c = body["tool_choice"];
+    if (!c.is_string()) return invalid_argument("tool_choice: only \"auto\" and \"none\" are supported");
+    choice = c.get<std::string>();
+    if (choice != "auto" && choice != "none")
+      return invalid_argument("tool_choice '{}' is not supported (only \"auto\" and \"none\")", choice);
+  }
+  if (!given(body, "tools")) return ok_status();
+  const json& t = body["tools"];
+  if (!t.is_array()) return wrong_type("tools", "an array of {\"type\": \"function\", \"function\": {...}}");
+  if (t.empty() || choice == "none") return ok_status();
+  r->chat_options.tools_json = t.dump();
+  r->tools_enabled = true;
+  return ok_status();
 }
 
 Status check_fields(const json& body, ParsedRequest* r) {
@@ -185,9 +229,13 @@ Status parse_body(ApiEndpoint endpoint, const json& body, ParsedRequest* r) {
     r->model = body["model"].get<std::string>();
   }
   if (endpoint == ApiEndpoint::kCompletions) {
+    for (const char* k : {"tools", "tool_choice"})
+      if (given(body, k) && !asks_nothing(k, body[k]))
+        return invalid_argument("'{}' needs /v1/chat/completions", k);
     STRATA_RETURN_IF_ERROR(parse_prompt(body, r));
   } else {
     STRATA_RETURN_IF_ERROR(parse_messages(body, r));
+    STRATA_RETURN_IF_ERROR(parse_tools(body, r));
   }
   GenerationParams& g = r->params;
   int64_t max_tokens = -1;
@@ -460,6 +508,17 @@ std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOu
     if (meta.endpoint == ApiEndpoint::kCompletions) {
       choice["text"] = c.text;
       choice["logprobs"] = c.logprobs ? completion_logprobs(*c.logprobs, tokenizer) : json(nullptr);
+    } else if (c.parsed != nullptr) {
+      const ParsedChatOutput& p = *c.parsed;
+      json msg = {{"role", "assistant"},
+                  {"content", p.content.empty() && !p.tool_calls.empty() ? json(nullptr) : json(p.content)},
+                  {"reasoning_content", p.reasoning_content.empty() ? json(nullptr) : json(p.reasoning_content)}};
+      if (!p.tool_calls.empty()) {
+        msg["tool_calls"] = tool_calls_to_openai(p.tool_calls);
+        if (c.reason == FinishReason::kStop) choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = std::move(msg);
+      choice["logprobs"] = c.logprobs ? chat_logprobs(*c.logprobs, tokenizer) : json(nullptr);
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       choice["logprobs"] = c.logprobs ? chat_logprobs(*c.logprobs, tokenizer) : json(nullptr);
@@ -495,6 +554,18 @@ std::string render_stream_chunk(const ResponseMeta& meta, const std::string& tex
     choice["delta"] = delta;
     choice["logprobs"] = logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr);
   }
+  add_token_ids(meta.endpoint, ids, &j, &choice);
+  j["choices"] = json::array({choice});
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string render_stream_delta(const ResponseMeta& meta, const json& delta, int64_t index,
+                                const char* finish, const std::vector<TokenLogprob>* logprobs,
+                                const Tokenizer* tokenizer, const TokenIdsOut& ids) {
+  json j = base_json(meta, true);
+  json choice = {{"index", index}, {"delta", delta},
+                 {"finish_reason", finish ? json(finish) : json(nullptr)},
+                 {"logprobs", logprobs ? chat_logprobs(*logprobs, tokenizer) : json(nullptr)}};
   add_token_ids(meta.endpoint, ids, &j, &choice);
   j["choices"] = json::array({choice});
   return "data: " + dump(j) + "\n\n";

@@ -3,7 +3,7 @@
 //
 // Parsing rules (OpenAI-compatible): unknown fields are ignored and listed in
 // ParsedRequest::ignored_fields (the server logs them, as vLLM does); OpenAI fields Strata
-// does not implement (tools, tool_choice, functions, response_format other than "text" and
+// does not implement (functions, tool_choice other than "auto"/"none", response_format other than "text" and
 // "json_object" (constrained decoding, GenerationParams::json_object),
 // suffix, echo, ...) are an InvalidArgument naming the field; a known field with the
 // wrong JSON type, max_tokens <= 0, n outside [1, 64] or prompts x n past 64, or malformed JSON is an
@@ -33,6 +33,7 @@
 #include "model/tokenizer.h"
 #include "sched/request.h"
 #include "serve/chat_template.h"
+#include "serve/deepseek_v4_parsers.h"
 
 namespace strata {
 
@@ -58,6 +59,7 @@ struct ParsedRequest {
   bool chat_logprobs = false;              // chat: logprobs: true
   bool return_token_ids = false;           // vLLM's return_token_ids
   std::vector<std::string> ignored_fields; // top-level fields no rule reads
+  bool tools_enabled = false;              // chat: tools given and tool_choice != "none"
 };
 
 // Limits on a request body's shape, checked while parsing (a deep or huge body is refused
@@ -114,6 +116,9 @@ struct ChoiceOut {
   FinishReason reason = FinishReason::kNone;
   const std::vector<TokenLogprob>* logprobs = nullptr;  // null: "logprobs": null
   TokenIdsOut ids;
+  // Chat with an output parser: the message's content / reasoning_content / tool_calls come
+  // from here (text unused); with tool calls a "stop" finish reads "tool_calls".
+  const ParsedChatOutput* parsed = nullptr;
 };
 
 // A whole (non-streaming) response: the choices in the given order, one usage for all.
@@ -131,6 +136,13 @@ std::string render_stream_chunk(const ResponseMeta& meta, const std::string& tex
                                  const std::vector<TokenLogprob>* logprobs,
                                  const Tokenizer* tokenizer, const TokenIdsOut& ids = {},
                                  int64_t index = 0);
+// One chat SSE event whose delta is given (a parser's reasoning / content / tool-call delta,
+// see chat_delta_to_openai); `finish` is the finish reason's name or null. Logprobs and token
+// ids (when non-null) ride along.
+std::string render_stream_delta(const ResponseMeta& meta, const nlohmann::json& delta,
+                                int64_t index, const char* finish,
+                                const std::vector<TokenLogprob>* logprobs,
+                                const Tokenizer* tokenizer, const TokenIdsOut& ids = {});
 // The final usage event (stream_options.include_usage).
 std::string render_usage_chunk(const ResponseMeta& meta, const UsageInfo& usage);
 // An error as an SSE event: data: {"error": {...}}

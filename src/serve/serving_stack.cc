@@ -1,5 +1,7 @@
 #include "serve/serving_stack.h"
 
+#include "serve/chat_template.h"
+
 #include <chrono>
 
 #include <fmt/format.h>
@@ -24,6 +26,15 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   s->engine_->start();
   HttpServerOptions http = options.http;
   http.model_name = name;
+  for (const auto& [flag, parser] : {std::pair{"--reasoning-parser", &http.reasoning_parser},
+                                     std::pair{"--tool-call-parser", &http.tool_call_parser}}) {
+    if (parser->empty()) continue;
+    if (*parser != "deepseek_v4")
+      return invalid_argument("{} '{}' is not known (deepseek_v4)", flag, *parser);
+    if (chat_format_for_architecture(s->runner_->info().architecture) != ChatFormat::kDeepSeek)
+      return invalid_argument("{} deepseek_v4 needs a DeepSeek V4/V4.1 model, not {}", flag,
+                              s->runner_->info().architecture);
+  }
   const DisaggregationOptions& d = options.disagg;
   if (!d.mode.empty()) {
     if (d.mode != "prefill" && d.mode != "decode")

@@ -17,6 +17,7 @@ struct ServeCli {
   std::string model;
   std::string model_pos;  // positional MODEL
   int64_t max_model_len = 0;
+  std::string reasoning_parser, tool_call_parser;
   std::string served_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -70,6 +71,8 @@ int run_serve(ServeCli& o) {
   so.http.max_body_bytes = o.max_body_bytes;
   so.http.model_name = o.served_name;
   so.http.max_model_len = o.max_model_len;
+  so.http.reasoning_parser = o.reasoning_parser;
+  so.http.tool_call_parser = o.tool_call_parser;
   so.http.metrics_prefix = o.metrics_prefix;
   so.log.log_requests = !o.disable_log_requests;
   so.log.stats_interval_s = o.disable_log_stats ? 0 : o.log_stats_interval;
@@ -122,6 +125,14 @@ void setup_serve(CLI::App& app) {
                   "longer requests get 400 context_length_exceeded")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "Chat output: put the model's reasoning in reasoning_content (deepseek_v4; "
+                  "DeepSeek V4/V4.1 models)")
+      ->check(CLI::IsMember({"deepseek_v4"}));
+  cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                  "Chat: accept `tools` and parse the model's DSML tool calls into tool_calls "
+                  "(deepseek_v4; DeepSeek V4/V4.1 models)")
+      ->check(CLI::IsMember({"deepseek_v4"}));
   cmd->add_option("--served-model-name", o->served_name, "Model id in the API (default: directory name)");
   cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1, loopback only)");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
