@@ -46,6 +46,15 @@ TEST(ServeParsers, ReasoningContentAndToolsOnV41Tiny) {
   const json am = json::parse(a.body)["choices"][0]["message"];
   const json bm = json::parse(b.body)["choices"][0]["message"];
   EXPECT_EQ(am["reasoning_content"], bm["content"]);
+  // The stand-in tokenizer maps the chat text to its unknown token: the response says so.
+  const json bj = json::parse(b.body);
+  ASSERT_TRUE(bj.contains("warnings")) << b.body;
+  EXPECT_NE(bj["warnings"][0].get<std::string>().find("unknown token"), std::string::npos);
+  // A prompt of known words has no warning.
+  const auto known = http_post(plain->port(), "/v1/completions",
+                               json({{"prompt", "tok0"}, {"max_tokens", 2}}).dump());
+  ASSERT_EQ(known.status, 200) << known.body;
+  EXPECT_FALSE(json::parse(known.body).contains("warnings")) << known.body;
   EXPECT_EQ(am["content"], "");
   EXPECT_FALSE(bm.contains("reasoning_content"));
   // Non-thinking: everything is content, no reasoning.

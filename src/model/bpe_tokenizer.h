@@ -32,6 +32,7 @@ class BpeTokenizer : public HfTokenizerBase {
   // `root` is the parsed tokenizer.json; `path` names the file (errors, tokenizer_config).
   static StatusOr<std::unique_ptr<BpeTokenizer>> load(const nlohmann::json& root,
                                                       const std::string& path);
+  std::optional<int32_t> unk_id() const override { return unk_; }
 
  protected:
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const override;

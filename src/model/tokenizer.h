@@ -41,6 +41,8 @@ class Tokenizer {
   virtual int32_t vocab_size() const = 0;
   virtual std::optional<int32_t> bos_id() const = 0;
   virtual std::optional<int32_t> eos_id() const = 0;
+  // The id text outside the vocabulary maps to (HF model.unk_token), if the tokenizer has one.
+  virtual std::optional<int32_t> unk_id() const { return std::nullopt; }
   // Token id for an exact token string (vocab or added token), if any.
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
   // The token's string form as stored in the vocabulary (e.g. "Ġthe"), for debugging.

@@ -25,7 +25,7 @@ class WordLevelTokenizer : public HfTokenizerBase {
  public:
   static StatusOr<std::unique_ptr<WordLevelTokenizer>> load(const nlohmann::json& root,
                                                             const std::string& path);
-  std::optional<int32_t> unk_id() const { return unk_; }
+  std::optional<int32_t> unk_id() const override { return unk_; }
 
  protected:
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const override;

@@ -49,6 +49,8 @@ struct ChoiceRenderOptions {
   // Chat with --reasoning-parser / --tool-call-parser: each choice's output goes through a
   // DeepSeek V4 parser (its id_seed is set per choice: response id + index).
   std::optional<DeepseekV4ParserOptions> chat_parser;
+  // Lines for the response's "warnings" field (non-streaming; e.g. unknown prompt tokens).
+  std::vector<std::string> warnings;
 };
 
 class ChoiceStreams {

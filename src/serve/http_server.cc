@@ -82,9 +82,11 @@ nlohmann::json kv_transfer_params(const std::string& body) {
 }
 
 // Tokenizes a completions prompt (`prompt`), or the chat conversation of `r` (prompt null).
+// Text the tokenizer maps to its unknown token adds a line to *warnings (a response field
+// and a log line: the answer is to a prompt the model did not see as written).
 // Errors: InvalidArgument (no tokenizer, bad messages).
 StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const ParsedRequest::Prompt* prompt,
-                                            const Engine& engine) {
+                                            const Engine& engine, std::vector<std::string>* warnings) {
   if (prompt != nullptr && !prompt->tokens.empty()) return prompt->tokens;
   const Tokenizer* tok = engine.tokenizer();
   if (tok == nullptr) return invalid_argument("this model has no tokenizer; send token ids");
@@ -101,6 +103,13 @@ StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Parsed
   }
   if (add_bos) ids.push_back(info.bos_id);
   std::vector<int32_t> body = tok->encode(text, /*parse_special=*/true);
+  if (const std::optional<int32_t> unk = tok->unk_id(); unk && !body.empty()) {
+    const auto n = std::count(body.begin(), body.end(), *unk);
+    if (n > 0)
+      warnings->push_back(fmt::format(
+          "{} of the prompt's {} tokens are the tokenizer's unknown token '{}': text outside its "
+          "vocabulary was not seen by the model as written", n, body.size(), tok->id_to_token(*unk)));
+  }
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
 }
@@ -323,9 +332,10 @@ void HttpServer::install_routes() {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<GenerationParams> params;
     const size_t n_prompts = ep == ApiEndpoint::kChat ? 1 : r.prompts.size();
+    std::vector<std::string> warnings;
     for (size_t i = 0; i < n_prompts; ++i) {
       StatusOr<std::vector<int32_t>> prompt =
-          build_prompt(r, ep == ApiEndpoint::kChat ? nullptr : &r.prompts[i], *engine_);
+          build_prompt(r, ep == ApiEndpoint::kChat ? nullptr : &r.prompts[i], *engine_, &warnings);
       if (!prompt.ok()) return send_status(res, prompt.status());
       const int64_t prompt_len = static_cast<int64_t>(prompt->size());
       if (prompt_len >= max_context) {
@@ -398,7 +408,8 @@ void HttpServer::install_routes() {
     ChoiceRenderOptions ro{ResponseMeta{ep, new_response_id(ep),
                                         static_cast<int64_t>(std::time(nullptr)), model_name_},
                            engine_->tokenizer(), r.params.logprobs >= 0, want_token_ids,
-                           r.include_usage, std::nullopt};
+                           r.include_usage, std::nullopt, warnings};
+    for (const std::string& w : warnings) fmt::print(stderr, "strata: warning: {}\n", w);
     if (ep == ApiEndpoint::kChat &&
         (!options_.reasoning_parser.empty() || !options_.tool_call_parser.empty())) {
       DeepseekV4ParserOptions po;
