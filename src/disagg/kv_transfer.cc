@@ -3,6 +3,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
@@ -264,8 +265,8 @@ Status KvTransferReceiver::handshake(const std::string& endpoint) {
   for (const auto& [k, v] : peer->info)
     for (const auto& [k2, v2] : contract_.info)
       if (k == k2 && v != v2)
-        fmt::print(stderr, "kv transfer: {} differs from this decode server in {} ({} vs {}); "
-                   "supported as is\n", endpoint, k, v, v2);
+        spdlog::info("kv transfer: {} differs from this decode server in {} ({} vs {}); "
+                     "supported as is", endpoint, k, v, v2);
   std::lock_guard lock(mu_);
   verified_.insert(endpoint);
   return ok_status();

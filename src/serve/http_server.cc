@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
@@ -313,8 +314,8 @@ void HttpServer::install_routes() {
     if (!parsed.ok()) return send_status(res, parsed.status());
     ParsedRequest& r = *parsed;
     if (!r.ignored_fields.empty())  // as vLLM: a warning, the request goes on
-      fmt::print(stderr, "strata: warning: request fields ignored (not used by this server): {}\n",
-                 fmt::join(r.ignored_fields, ", "));
+      spdlog::warn("strata: warning: request fields ignored (not used by this server): {}",
+                   fmt::join(r.ignored_fields, ", "));
     if (!r.model.empty() && r.model != model_name_) {
       return send_status(res, not_found("The model '{}' does not exist", r.model));
     }
@@ -409,7 +410,7 @@ void HttpServer::install_routes() {
                                         static_cast<int64_t>(std::time(nullptr)), model_name_},
                            engine_->tokenizer(), r.params.logprobs >= 0, want_token_ids,
                            r.include_usage, std::nullopt, warnings};
-    for (const std::string& w : warnings) fmt::print(stderr, "strata: warning: {}\n", w);
+    for (const std::string& w : warnings) spdlog::warn("strata: warning: {}", w);
     if (ep == ApiEndpoint::kChat &&
         (!options_.reasoning_parser.empty() || !options_.tool_call_parser.empty())) {
       DeepseekV4ParserOptions po;

@@ -1,5 +1,7 @@
 #include "serve/server_metrics.h"
 
+#include <spdlog/spdlog.h>
+
 #include <fmt/format.h>
 
 namespace strata {
@@ -67,9 +69,8 @@ void ServerMetrics::on_request_finished(const RequestTimings& t) {
   queue_.observe(t.queue_s);
   finished_by_reason_[finish_reason_name(t.finish_reason)]++;
   if (log_requests_)
-    fmt::print(stderr,
-               "strata: request {} finished: prompt_tokens={} cached_tokens={} "
-               "generation_tokens={} ttft_ms={:.1f} e2e_ms={:.1f} finish_reason={}{}{}\n",
+    spdlog::info("strata: request {} finished: prompt_tokens={} cached_tokens={} "
+               "generation_tokens={} ttft_ms={:.1f} e2e_ms={:.1f} finish_reason={}{}{}",
                t.id, t.prompt_tokens, t.cached_tokens, t.generation_tokens,
                t.ttft_s >= 0 ? t.ttft_s * 1e3 : -1.0, t.e2e_s * 1e3,
                finish_reason_name(t.finish_reason), t.error.empty() ? "" : " error=",

@@ -1,5 +1,7 @@
 #include "serve/serving_stack.h"
 
+#include <spdlog/spdlog.h>
+
 #include "serve/chat_template.h"
 
 #include <chrono>
@@ -93,10 +95,10 @@ void ServingStack::log_stats_loop(double interval_s) {
     const int64_t dq = s.prefix_cache_queries_total - prev.prefix_cache_queries_total;
     const int64_t dh = s.prefix_cache_hits_total - prev.prefix_cache_hits_total;
     if (dp > 0 || dg > 0 || s.num_running > 0 || s.num_waiting > 0)
-      fmt::print(stderr,
+      spdlog::info(
                  "strata: avg prompt throughput {:.1f} tokens/s, avg generation throughput {:.1f} "
                  "tokens/s, running {} reqs, waiting {} reqs, prefix cache hit rate {:.1f}%, "
-                 "preemptions {}\n",
+                 "preemptions {}",
                  dp / dt, dg / dt, s.num_running, s.num_waiting, dq > 0 ? 100.0 * dh / dq : 0.0,
                  s.num_preemptions_total - prev.num_preemptions_total);
     prev = s;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "serve/serving_stack.h"
 #include "tools/command_registry.h"
 
@@ -18,6 +19,7 @@ struct ServeCli {
   std::string model_pos;  // positional MODEL
   int64_t max_model_len = 0;
   std::string reasoning_parser, tool_call_parser;
+  std::string log_level = "info";
   std::string served_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -40,6 +42,10 @@ struct ServeCli {
 };
 
 int run_serve(ServeCli& o) {
+  if (Status st = set_log_level(o.log_level); !st.ok()) {
+    fmt::print(stderr, "strata serve: {}\n", st.message());
+    return 2;
+  }
   if (!o.model_pos.empty()) {
     if (!o.model.empty() && o.model != o.model_pos) {
       fmt::print(stderr, "strata serve: two models given ({} and --model {})\n", o.model_pos, o.model);
@@ -159,6 +165,11 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--disable-log-stats", o->disable_log_stats, "No periodic throughput log lines");
+  cmd->add_option("--log-level", o->log_level,
+                  "Least severe log lines shown: debug, info (request and throughput lines), "
+                  "warning, error, critical")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error", "critical"}))
+      ->capture_default_str();
   cmd->add_option("--metrics-prefix", o->metrics_prefix,
                   "Prefix of the /metrics names (vllm: for vLLM dashboards)")
       ->capture_default_str();
