@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "disagg/kv_transfer.h"
+#include "serve/chat_prompt.h"
 #include "serve/choice_streams.h"
 #include "serve/client_socket.h"
 #include "serve/http_listen.h"
@@ -87,7 +88,8 @@ nlohmann::json kv_transfer_params(const std::string& body) {
 // and a log line: the answer is to a prompt the model did not see as written).
 // Errors: InvalidArgument (no tokenizer, bad messages).
 StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const ParsedRequest::Prompt* prompt,
-                                            const Engine& engine, std::vector<std::string>* warnings) {
+                                            const Engine& engine, const ChatPrompt* chat_prompt,
+                                            std::string_view request_body, std::vector<std::string>* warnings) {
   if (prompt != nullptr && !prompt->tokens.empty()) return prompt->tokens;
   const Tokenizer* tok = engine.tokenizer();
   if (tok == nullptr) return invalid_argument("this model has no tokenizer; send token ids");
@@ -95,7 +97,10 @@ StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Parsed
   std::vector<int32_t> ids;
   std::string text;
   bool add_bos = info.bos_id >= 0;
-  if (r.endpoint == ApiEndpoint::kChat) {
+  if (r.endpoint == ApiEndpoint::kChat && chat_prompt != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(text, chat_prompt->render(request_body));
+    add_bos = false;  // a template writes bos_token itself where it wants one
+  } else if (r.endpoint == ApiEndpoint::kChat) {
     const ChatFormat fmt = chat_format_for_architecture(info.architecture);
     STRATA_ASSIGN_OR_RETURN(text, render_chat(fmt, r.messages, r.chat_options));
     if (fmt == ChatFormat::kDeepSeek) add_bos = false;  // the template writes BOS as text
@@ -336,7 +341,8 @@ void HttpServer::install_routes() {
     std::vector<std::string> warnings;
     for (size_t i = 0; i < n_prompts; ++i) {
       StatusOr<std::vector<int32_t>> prompt =
-          build_prompt(r, ep == ApiEndpoint::kChat ? nullptr : &r.prompts[i], *engine_, &warnings);
+          build_prompt(r, ep == ApiEndpoint::kChat ? nullptr : &r.prompts[i], *engine_,
+                       options_.chat_prompt.get(), req.body, &warnings);
       if (!prompt.ok()) return send_status(res, prompt.status());
       const int64_t prompt_len = static_cast<int64_t>(prompt->size());
       if (prompt_len >= max_context) {

@@ -39,6 +39,7 @@ class Server;
 
 namespace strata {
 
+class ChatPrompt;
 class KvTransferSender;
 class ListenSocket;
 class KvTransferReceiver;
@@ -67,6 +68,11 @@ struct HttpServerOptions {
   // are accepted only with a tool-call parser).
   std::string reasoning_parser;
   std::string tool_call_parser;
+  // --chat-template (a file or the template text; "" = none) and the template the serving
+  // stack resolved from it or from the checkpoint (serve/chat_prompt.h); null: the built-in
+  // format.
+  std::string chat_template;
+  std::shared_ptr<const ChatPrompt> chat_prompt;
   // Prefix of every /metrics name ("strata:"; "vllm:" makes vLLM's dashboards work).
   std::string metrics_prefix = "strata:";
   // API key, allowed hosts, CORS (serve/request_guard.h).

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/log.h"
+#include "serve/chat_prompt.h"
 #include "serve/chat_template.h"
 
 #include <chrono>
@@ -11,6 +13,7 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& options) {
+  init_logging();  // spdlog's default logger: stderr, lines as given (base/log.h)
   std::unique_ptr<ServingStack> s(new ServingStack());
   STRATA_ASSIGN_OR_RETURN(s->runner_, make_model_runner(options.model_dir, options.runner));
   auto tok = load_tokenizer_from_dir(options.model_dir);
@@ -28,6 +31,12 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   s->engine_->start();
   HttpServerOptions http = options.http;
   http.model_name = name;
+  {
+    const bool builtin =
+        chat_format_for_architecture(s->runner_->info().architecture) == ChatFormat::kDeepSeek;
+    STRATA_ASSIGN_OR_RETURN(http.chat_prompt, ChatPrompt::load(http.chat_template, options.model_dir,
+                                                               builtin, s->tokenizer_.get()));
+  }
   for (const auto& [flag, parser] : {std::pair{"--reasoning-parser", &http.reasoning_parser},
                                      std::pair{"--tool-call-parser", &http.tool_call_parser}}) {
     if (parser->empty()) continue;

@@ -20,6 +20,7 @@ struct ServeCli {
   int64_t max_model_len = 0;
   std::string reasoning_parser, tool_call_parser;
   std::string log_level = "info";
+  std::string chat_template;
   std::string served_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -78,6 +79,7 @@ int run_serve(ServeCli& o) {
   so.http.model_name = o.served_name;
   so.http.max_model_len = o.max_model_len;
   so.http.reasoning_parser = o.reasoning_parser;
+  so.http.chat_template = o.chat_template;
   so.http.tool_call_parser = o.tool_call_parser;
   so.http.metrics_prefix = o.metrics_prefix;
   so.log.log_requests = !o.disable_log_requests;
@@ -131,6 +133,9 @@ void setup_serve(CLI::App& app) {
                   "longer requests get 400 context_length_exceeded")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Jinja chat template: a file, or the template text (default: the checkpoint's "
+                  "tokenizer_config.json chat_template; DeepSeek models: DeepSeek's own encoder)");
   cmd->add_option("--reasoning-parser", o->reasoning_parser,
                   "Chat output: put the model's reasoning in reasoning_content (deepseek_v4; "
                   "DeepSeek V4/V4.1 models)")
