@@ -1,5 +1,6 @@
 // Internal: what the per-call contexts of both DeepSeek forwards (DeepseekV41Model::Ctx,
-// DeepseekV4Model::Call) hold alike, and the preamble both forwards run. Not a public API.
+// DeepseekV4Model::Call) hold alike, the preamble both forwards run, and the MoE gate GEMM
+// both routers start from. Not a public API.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +8,11 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "exec/call_shape.h"
 #include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/deepseek_v41/v41_ops.h"
+#include "model/deepseek_config.h"
 
 namespace strata {
 
@@ -48,5 +51,17 @@ struct DeepseekForwardCall {
     return ok_status();
   }
 };
+
+// The MoE router's logits of a call's S rows, [S, E] (E = layer L's routed experts): x [S, dim]
+// times the gate weight [E, dim] in fp32 (the reference's F.linear on the promoted weight,
+// v41::linear_f32's order). MoeWeights: V41MoeWeights or V4MoeWeights.
+template <class MoeWeights>
+std::vector<float> moe_gate_logits(const DeepseekConfig& cf, int L, const MoeWeights& mw,
+                                   const float* x, int64_t S, ThreadPool* pool) {
+  const int64_t E = cf.layers[L].n_routed_experts;
+  std::vector<float> logit(S * E);
+  v41::linear_f32(x, S, mw.gate_weight, E, cf.dim, logit.data(), mw.gate_packed.get(), pool);
+  return logit;
+}
 
 }  // namespace strata

@@ -79,10 +79,9 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
 void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   const LayerSchedule& ls = config_.layers[L];
   const V4MoeWeights& mw = weights_->layer(L).ffn;
-  const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
   const int k = ls.n_activated_experts;
-  std::vector<float> logit(S * E);
-  v4::linear_f32(x, S, mw.gate_weight, E, D, logit.data(), mw.gate_packed.get(), pool_.get());
+  const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
+  const std::vector<float> logit = moe_gate_logits(config_, L, mw, x, S, pool_.get());
   std::vector<std::vector<int32_t>> sel(S);
   std::vector<std::vector<float>> wts(S);
   std::vector<float> sc(E), biased(E);

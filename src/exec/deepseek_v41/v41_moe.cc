@@ -183,10 +183,9 @@ bool DeepseekV41Model::experts_batched(const std::vector<ExpertCall>& calls, con
 void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   const LayerSchedule& ls = config_.layers[L];
   const V41MoeWeights& mw = weights_->layer(L).ffn;
+  const std::vector<float> logit = moe_gate_logits(config_, L, mw, x, c.S, pool_.get());
   const int64_t S = c.S, D = config_.dim, E = ls.n_routed_experts;
   const int k = ls.n_activated_experts;
-  std::vector<float> logit(S * E);
-  v41::linear_f32(x, S, mw.gate_weight, E, D, logit.data(), mw.gate_packed.get(), pool_.get());
   const float temp = static_cast<float>(config_.gate_temp);
   const float* bias = mw.gate_bias.f32();
   std::vector<std::vector<int32_t>> sel(S);
