@@ -557,8 +557,32 @@ TEST_F(ServeE2eTest, JsonObjectResponseFormat) {
     EXPECT_EQ(streamed, text);
   }
   EXPECT_GT(complete, 0) << "no seed closed its object within 200 tokens";
+  // With ignore_eos the request still ends where the object closes (no EOS text after it).
+  int closed = 0;
+  for (int seed = 1; seed <= 6; ++seed) {
+    json b = {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"temperature", 1.0},
+              {"seed", seed}, {"ignore_eos", true}, {"response_format", {{"type", "json_object"}}}};
+    const json c = json::parse(http_post(port(), "/v1/completions", b.dump()).body)["choices"][0];
+    if (c["finish_reason"] != "stop") continue;
+    ++closed;
+    EXPECT_TRUE(json::accept(c["text"].get<std::string>())) << c["text"];
+  }
+  EXPECT_GT(closed, 0);
   expect_openai_error(http_post(port(), "/v1/completions",
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})"), 400);
+}
+
+// Found by a new-user check: max_tokens near INT64_MAX is a 400 whose message has no
+// wrapped sum; the Content-Type media type is case-insensitive.
+TEST_F(ServeE2eTest, HugeMaxTokensAndContentTypeCase) {
+  auto r = http_post(port(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 9223372036854775807})");
+  expect_openai_error(r, 400);
+  EXPECT_EQ(r.body.find("-9223372036854775"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("9223372036854775809"), std::string::npos) << r.body;
+  httplib::Client cl("127.0.0.1", port());
+  auto res = cl.Post("/v1/completions", R"({"prompt": "Hi", "max_tokens": 2})", "Application/JSON; charset=utf-8");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
 }
 
 TEST_F(ServeE2eTest, BadInputsGetOpenAiErrors) {
@@ -717,6 +741,23 @@ TEST_F(ServeE2eTest, PreemptionUnderSmallKvCacheKeepsOutputsExact) {
 // A checkpoint without a tokenizer (the V4-Flash tiny golden model): prompts are token ids,
 // the text is empty, and the generated ids come back as token_ids without being asked for,
 // equal to the greedy generate_ids() loop on a separately loaded runner.
+// A request that fits the context but outgrows a pool smaller than it (--kv-cache-tokens 64)
+// fails with a 400 naming the flag, not a 500.
+TEST(ServeSmallPoolTest, OutgrowingThePoolIsA400) {
+  ServeOptions o;
+  o.model_dir = source_dir() + "/models/stories260K";
+  o.http.host = "127.0.0.1";
+  o.http.port = 0;
+  o.runner.threads = 1;
+  o.runner.kv_cache_tokens = 64;
+  auto s = ServingStack::start(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto r = http_post((*s)->port(), "/v1/completions",
+                     R"({"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": true})");
+  expect_openai_error(r, 400);
+  EXPECT_NE(r.body.find("--kv-cache-tokens"), std::string::npos) << r.body;
+}
+
 TEST(ServeNoTokenizerTest, TokenIdsComeBackWithoutBeingAsked) {
   const std::string dir = source_dir() + "/models/deepseek-v4flash-tiny";
   ServeOptions o;

@@ -535,6 +535,8 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob)
     if (logprob != nullptr) e.logprobs.push_back(*logprob);
     e.text = a.stop->push(decode_piece(a, token));
     if (a.stop->matched()) reason = FinishReason::kStop;
+    // response_format json_object: the answer is the object; nothing may follow it.
+    if (a.sampler->json_complete()) reason = FinishReason::kStop;
   }
   if (reason == FinishReason::kNone && a.generated >= a.max_new_tokens) {
     reason = FinishReason::kLength;

@@ -38,6 +38,8 @@ class RequestSampler {
   SampleResult sample(std::span<const float> logits);
   // Constrained decoding (params.json_object): every later sample() keeps to `mask`.
   void set_json_constraint(std::unique_ptr<JsonTokenMask> mask) { json_ = std::move(mask); }
+  // The constrained JSON object has closed (the request ends there, whatever ignore_eos says).
+  bool json_complete() const { return json_ && json_->complete(); }
 
  private:
   static SamplingParams to_sampling_params(const GenerationParams& p, uint64_t fallback_seed);

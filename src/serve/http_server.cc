@@ -357,7 +357,8 @@ void HttpServer::install_routes() {
         return send_status(
             res, out_of_range("This model's maximum context length is {} tokens. However, you "
                               "requested {} tokens ({} in the prompt, {} for the completion).",
-                              max_context, prompt_len + g.max_tokens, prompt_len, g.max_tokens));
+                              max_context, static_cast<__int128>(prompt_len) + g.max_tokens,
+                              prompt_len, g.max_tokens));
       }
       if (!r.max_tokens_given) g.max_tokens = std::min(g.max_tokens, max_context - prompt_len);
       if (ep == ApiEndpoint::kChat && !r.max_tokens_given) g.max_tokens = max_context - prompt_len;
@@ -443,7 +444,10 @@ void HttpServer::install_routes() {
     StatusOr<std::string> body = choices->collect([&client] { return client.peer_closed(); });
     if (!body.ok()) {
       ApiError e = api_error_for(body.status());
-      if (e.http_status < 500) e.http_status = 500;  // a failure while generating is ours
+      // A failure while generating is ours (500) -- unless it is the request's own size
+      // (more state than the whole pool holds: InvalidArgument, a 400 as at admission).
+      if (e.http_status < 500 && body.status().code() != StatusCode::kInvalidArgument)
+        e.http_status = 500;
       return send_error(res, e);
     }
     res.set_content(*body, "application/json");

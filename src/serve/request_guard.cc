@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "serve/openai_api.h"
 
@@ -95,7 +96,10 @@ void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
                     "a request may not carry both Content-Length and Transfer-Encoding");
     if (req.method == "POST") {
       const std::string ct = req.get_header_value("Content-Type");
-      if (ct.rfind("application/json", 0) != 0)
+      std::string media = ct.substr(0, ct.find(';'));  // media types are case-insensitive
+      for (char& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      while (!media.empty() && media.back() == ' ') media.pop_back();
+      if (media != "application/json")
         return refuse(res, 415, "invalid_request_error",
                       "Content-Type must be application/json, not '" + ct + "'");
     }
