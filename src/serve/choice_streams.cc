@@ -82,11 +82,7 @@ StatusOr<std::string> ChoiceStreams::collect(const std::function<bool()>& client
     }
     out.push_back(std::move(o));
   }
-  std::string body = render_response(o_.meta, out, usage(), o_.tokenizer);
-  if (o_.warnings.empty()) return body;
-  nlohmann::json j = nlohmann::json::parse(body);
-  j["warnings"] = o_.warnings;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return render_response(o_.meta, out, usage(), o_.tokenizer, o_.warnings);
 }
 
 DeepseekV4ParserOptions ChoiceStreams::parser_options(const Choice& c) const {

@@ -500,7 +500,8 @@ void add_token_ids(ApiEndpoint ep, const TokenIdsOut& ids, json* j, json* choice
 }  // namespace
 
 std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices,
-                            const UsageInfo& usage, const Tokenizer* tokenizer) {
+                            const UsageInfo& usage, const Tokenizer* tokenizer,
+                            const std::vector<std::string>& warnings) {
   json j = base_json(meta, false);
   j["choices"] = json::array();
   for (const ChoiceOut& c : choices) {
@@ -527,6 +528,7 @@ std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOu
     j["choices"].push_back(std::move(choice));
   }
   j["usage"] = usage_json(usage);
+  if (!warnings.empty()) j["warnings"] = warnings;
   return dump(j);
 }
 

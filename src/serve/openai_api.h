@@ -122,8 +122,10 @@ struct ChoiceOut {
 };
 
 // A whole (non-streaming) response: the choices in the given order, one usage for all.
+// `warnings` (may be empty) become a top-level "warnings" list.
 std::string render_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices,
-                            const UsageInfo& usage, const Tokenizer* tokenizer);
+                            const UsageInfo& usage, const Tokenizer* tokenizer,
+                            const std::vector<std::string>& warnings = {});
 // The same for a single choice (index 0).
 std::string render_response(const ResponseMeta& meta, const std::string& text,
                             FinishReason reason, const std::vector<TokenLogprob>* logprobs,
