@@ -341,17 +341,9 @@ TEST_F(ServeE2eTest, ClientDisconnectMidStreamFreesEverything) {
 // Sends `body` as a non-streaming POST on a raw connection and hangs up at once, without
 // reading the reply (issue 24 item 7).
 void post_and_hang_up(int port, const std::string& body) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = testing::connect_raw(port);
   ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(testing::send_raw(fd, testing::raw_post("/v1/completions", body)));
   close(fd);
 }
 
@@ -376,6 +368,58 @@ TEST_F(ServeE2eTest, ClientDisconnectNonStreamingFreesEverything) {
   EXPECT_EQ(metric(after, "strata:num_requests_running" + kModelLabel), 0);
   EXPECT_EQ(metric(after, "strata:cache_used_bytes{model_name=\"stories260K\",kind=\"kv\",tier=\"host\"}"), 0);
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})").status, 200);
+}
+
+// Issue 24 item 8, on the real server: three completions pipelined on one connection are
+// all answered, in order, each as it is answered alone; a client that half-closes after its
+// request (shutdown(SHUT_WR)) still gets its completion.
+TEST_F(ServeE2eTest, PipelinedAndHalfClosedRequestsAreAnswered) {
+  std::vector<std::string> bodies, alone;
+  for (const char* p : {"Once upon", "The cat", "A little girl"}) {
+    bodies.push_back(json{{"prompt", p}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+    const auto r = http_post(port(), "/v1/completions", bodies.back());
+    ASSERT_EQ(r.status, 200) << r.body;
+    alone.push_back(json::parse(r.body)["choices"][0]["text"].get<std::string>());
+  }
+  const int fd = testing::connect_raw(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(testing::send_raw(fd, testing::raw_post("/v1/completions", bodies[0]) +
+                                        testing::raw_post("/v1/completions", bodies[1]) +
+                                        testing::raw_post("/v1/completions", bodies[2], true)));
+  const std::vector<testing::HttpReply> got = testing::parse_raw_responses(testing::read_raw(fd, 30000));
+  close(fd);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(got[i].status, 200) << got[i].body;
+    EXPECT_EQ(json::parse(got[i].body)["choices"][0]["text"], alone[i]) << "response " << i;
+  }
+  // Half-close: the request, then FIN; the answer still arrives (after an interim 100).
+  const int h = testing::connect_raw(port());
+  ASSERT_GE(h, 0);
+  ASSERT_TRUE(testing::send_raw(h, testing::raw_post("/v1/completions", bodies[0])));
+  ASSERT_EQ(shutdown(h, SHUT_WR), 0);
+  const std::vector<testing::HttpReply> half = testing::parse_raw_responses(testing::read_raw(h, 30000));
+  close(h);
+  ASSERT_EQ(half.size(), 1u);
+  ASSERT_EQ(half[0].status, 200) << half[0].body;
+  EXPECT_EQ(json::parse(half[0].body)["choices"][0]["text"], alone[0]);
+}
+
+// Issue 24 item 6, on the real server: 1,000 clients that send their headers a line at a
+// time hold no worker; /health and a completion are answered between their rounds.
+TEST_F(ServeE2eTest, ThousandSlowClientsDoNotStopServing) {
+  constexpr int kSlow = 1000;
+  ASSERT_GE(testing::raise_fd_limit(2 * kSlow + 256), 2u * kSlow + 256)
+      << "this test needs 2,256 descriptors";
+  testing::SlowClients slow(port(), kSlow);
+  ASSERT_EQ(slow.open(), kSlow);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(slow.trickle(round), kSlow);
+    EXPECT_EQ(http_get(port(), "/health").status, 200) << "round " << round;
+    const auto r = http_post(port(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 4})");
+    EXPECT_EQ(r.status, 200) << "round " << round << ": " << r.body;
+  }
+  EXPECT_EQ(slow.finish(), kSlow);
 }
 
 // min_tokens (vLLM): greedy output that ends on EOS after k tokens goes on to at least

@@ -16,7 +16,7 @@
 #include "serve/chat_prompt.h"
 #include "serve/choice_streams.h"
 #include "serve/client_socket.h"
-#include "serve/http_listen.h"
+#include "serve/http_front_end.h"
 #include "serve/openai_api.h"
 #include "state/handoff.h"
 
@@ -125,77 +125,40 @@ StatusOr<std::vector<int32_t>> build_prompt(const ParsedRequest& r, const Parsed
 HttpServer::HttpServer(Engine* engine, ServerMetrics* metrics, HttpServerOptions options)
     : engine_(engine), metrics_(metrics), options_(std::move(options)) {
   model_name_ = options_.model_name.empty() ? engine_->model_info().name : options_.model_name;
-  server_ = std::make_unique<httplib::Server>();
-  listen_socket_ = std::make_unique<ListenSocket>();
-  const int threads = std::max(2, options_.threads);
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  listen_socket_->install(*server_);  // SO_REUSEADDR only; backlog raised after bind
-  server_->set_keep_alive_timeout(2);
+  HttpFrontEndOptions fo;
+  fo.host = options_.host;
+  fo.port = options_.port;
+  fo.threads = std::max(2, options_.threads);
+  fo.max_body_bytes = options_.max_body_bytes;
+  server_ = std::make_unique<HttpFrontEnd>(std::move(fo));
   install_routes();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::start() {
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-  } else {
-    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
-  }
-  if (port_ <= 0) {
-    return Status(StatusCode::kUnavailable,
-                  fmt::format("cannot bind {}:{}", options_.host, options_.port));
-  }
-  listen_socket_->raise_backlog();
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  STRATA_RETURN_IF_ERROR(server_->start());
+  port_ = server_->port();
   return ok_status();
 }
 
 void HttpServer::stop() {
   stopping_ = true;
   if (server_) server_->stop();
-  if (listener_.joinable()) listener_.join();
 }
 
 void HttpServer::wait() {
-  if (listener_.joinable()) listener_.join();
+  if (server_) server_->wait();
 }
 
 void HttpServer::install_routes() {
-  httplib::Server& s = *server_;
+  HttpFrontEnd& s = *server_;
   const std::vector<KnownRoute> routes = {
       {"/health", "GET"},           {"/metrics", "GET"},
       {"/v1/models", "GET"},        {"/v1/disaggregation", "GET"},
       {"/v1/completions", "POST"},  {"/v1/chat/completions", "POST"},
       {"/v1/disaggregation/handshake", "POST"}};
   install_request_guard(s, options_.guard, routes);
-
-  s.set_error_handler([routes](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    ApiError e;
-    if (res.status == 404 && !allowed_methods(routes, req.path).empty()) {
-      res.status = 405;  // a known path, another method
-      res.set_header("Allow", allowed_methods(routes, req.path));
-      e = {405, "invalid_request_error", "",
-           fmt::format("method {} is not allowed on {} (allowed: {})", req.method, req.path,
-                       allowed_methods(routes, req.path))};
-      res.set_content(render_error(e), "application/json");
-      return;
-    }
-    e.http_status = res.status;
-    if (res.status == 413) {
-      e.type = "invalid_request_error";
-      e.message = "request body is too large";
-    } else if (res.status == 404) {
-      e.type = "invalid_request_error";
-      e.message = "not found";
-    } else {
-      e.type = res.status < 500 ? "invalid_request_error" : "internal_error";
-      e.message = fmt::format("HTTP error {}", res.status);
-    }
-    res.set_content(render_error(e), "application/json");
-  });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (!engine_->serving() || stopping_) {
@@ -440,7 +403,7 @@ void HttpServer::install_routes() {
       return;
     }
     // A client that hangs up while its request runs frees it, as a streaming one does.
-    const ClientSocket client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    ClientSocket client(HttpFrontEnd::client_fd(), req.version == "HTTP/1.1");
     StatusOr<std::string> body = choices->collect([&client] { return client.peer_closed(); });
     if (!body.ok()) {
       ApiError e = api_error_for(body.status());
@@ -455,7 +418,6 @@ void HttpServer::install_routes() {
 
   auto guarded = [this, generate](ApiEndpoint ep) {
     return [this, generate, ep](const httplib::Request& req, httplib::Response& res) {
-      if (body_too_large(req, res, options_.max_body_bytes)) return;
       try {
         generate(ep, req, res);
       } catch (const std::exception& e) {

@@ -16,9 +16,11 @@
 // SSE streams send a comment line every ~1 s while idle, so disconnects are noticed even
 // while a request waits in the queue.
 //
-// Each open connection holds one worker thread while it streams, so the pool size
-// (`threads`) bounds concurrent streams.
-// Thread safety: start/stop from one controlling thread; handlers run on the pool.
+// HTTP/1.1 on serve/http_front_end.h (libmicrohttpd, event-driven): slow or idle
+// connections hold no thread; pipelined and half-closed requests are answered. Each
+// request being generated holds one of `threads` workers (a stream until it ends), so that
+// pool bounds concurrent generations; GET endpoints have their own workers.
+// Thread safety: start/stop from one controlling thread; handlers run on the workers.
 #pragma once
 
 #include <atomic>
@@ -33,21 +35,17 @@
 #include "serve/request_guard.h"
 #include "serve/server_metrics.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace strata {
 
 class ChatPrompt;
 class KvTransferSender;
-class ListenSocket;
+class HttpFrontEnd;
 class KvTransferReceiver;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // loopback by default
   int port = 8000;                 // 0: any free port (see port())
-  int threads = 64;                // HTTP worker threads (each SSE stream holds one)
+  int threads = 64;                // request workers (each SSE stream holds one)
   size_t max_body_bytes = 8 << 20; // larger request bodies get 413
   std::string model_name;          // served model id (default: ModelInfo::name)
   // PD disaggregation (issue 23; README "Prefill/decode disaggregation"): "" = colocated,
@@ -105,9 +103,7 @@ class HttpServer {
   ServerMetrics* metrics_;
   HttpServerOptions options_;
   std::string model_name_;
-  std::unique_ptr<httplib::Server> server_;
-  std::unique_ptr<ListenSocket> listen_socket_;
-  std::thread listener_;
+  std::unique_ptr<HttpFrontEnd> server_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
 };

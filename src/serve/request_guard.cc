@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "serve/http_front_end.h"
 #include "serve/openai_api.h"
 
 namespace strata {
@@ -31,22 +32,14 @@ std::string host_name(const std::string& host) {
   return colon == std::string::npos ? host : host.substr(0, colon);
 }
 
-httplib::Server::HandlerResponse refuse(httplib::Response& res, int status, const std::string& type,
+bool refuse(httplib::Response& res, int status, const std::string& type,
                                         const std::string& msg) {
   res.status = status;
   res.set_content(render_error({status, type, "", msg}), "application/json");
-  return httplib::Server::HandlerResponse::Handled;
+  return true;
 }
 
 }  // namespace
-
-bool body_too_large(const httplib::Request& req, httplib::Response& res, size_t max) {
-  if (max == 0 || req.body.size() <= max) return false;
-  refuse(res, 413, "invalid_request_error",
-         "request body is too large (" + std::to_string(req.body.size()) + " bytes, at most " +
-             std::to_string(max) + ")");
-  return true;
-}
 
 std::string allowed_methods(const std::vector<KnownRoute>& routes, const std::string& path) {
   for (const KnownRoute& r : routes)
@@ -54,7 +47,7 @@ std::string allowed_methods(const std::vector<KnownRoute>& routes, const std::st
   return "";
 }
 
-void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
+void install_request_guard(HttpFrontEnd& s, const RequestGuardOptions& o,
                            std::vector<KnownRoute> routes) {
   s.set_pre_routing_handler([o, routes](const httplib::Request& req, httplib::Response& res) {
     if (!o.allowed_hosts.empty()) {
@@ -79,7 +72,7 @@ void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
         res.set_header("Access-Control-Allow-Methods", allow.empty() ? "GET, POST, OPTIONS" : allow);
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
       }
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
     const bool v1 = req.path.rfind("/v1/", 0) == 0;
     if (!o.api_key.empty() && (v1 || (o.protect_metrics && req.path == "/metrics"))) {
@@ -103,7 +96,19 @@ void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
         return refuse(res, 415, "invalid_request_error",
                       "Content-Type must be application/json, not '" + ct + "'");
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return false;
+  });
+  // Errors without a body: 405 for a known path with another method, else the status's.
+  s.set_error_handler([routes](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 404 && !allowed_methods(routes, req.path).empty()) {
+      res.set_header("Allow", allowed_methods(routes, req.path));
+      refuse(res, 405, "invalid_request_error",
+             "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
+                 allowed_methods(routes, req.path) + ")");
+      return;
+    }
+    refuse(res, res.status, res.status < 500 ? "invalid_request_error" : "internal_error",
+           res.status == 404 ? std::string("not found") : "HTTP error " + std::to_string(res.status));
   });
 }
 

@@ -8,7 +8,8 @@
 //     protect_metrics) needs "Authorization: Bearer KEY", compared in constant time: 401;
 //   * POST bodies must be Content-Type application/json (a text/plain "simple" cross-origin
 //     POST is refused): 415;
-//   * a known path with another method: 405 with Allow (cpp-httplib answers 404);
+//   * a known path with another method: 405 with Allow (the servers' error handlers, with
+//     allowed_methods());
 //   * both Content-Length and Transfer-Encoding (request smuggling): 400.
 // Errors use the OpenAI error body. Thread safety: immutable after construction; the
 // handlers run on the HTTP pool.
@@ -18,13 +19,10 @@
 #include <string>
 #include <vector>
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}
 
 namespace strata {
+
+class HttpFrontEnd;
 
 struct RequestGuardOptions {
   std::string api_key;                       // empty: no authentication
@@ -33,18 +31,14 @@ struct RequestGuardOptions {
   std::vector<std::string> allowed_origins;  // CORS origins; "*" = any; empty: CORS off
 };
 
-// For POST handlers: true (and a 413 in `res`) when the body read is longer than `max`,
-// which cpp-httplib's own limit does not catch for chunked bodies; call first thing.
-bool body_too_large(const httplib::Request& req, httplib::Response& res, size_t max);
-
 // Known paths and their methods, for 405 / Allow.
 struct KnownRoute {
   std::string path;
   std::string methods;  // e.g. "GET" or "POST"
 };
 
-// Installs the pre-routing handler on `s`. `routes` lists the server's paths.
-void install_request_guard(httplib::Server& s, const RequestGuardOptions& o,
+// Installs the pre-routing and error handlers on `s`. `routes` lists the server's paths.
+void install_request_guard(HttpFrontEnd& s, const RequestGuardOptions& o,
                            std::vector<KnownRoute> routes);
 // The Allow value for `path` ("" when unknown), for the error handler's 405.
 std::string allowed_methods(const std::vector<KnownRoute>& routes, const std::string& path);

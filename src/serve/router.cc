@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "serve/http_listen.h"
+#include "serve/http_front_end.h"
 #include "serve/openai_api.h"
 
 namespace strata {
@@ -147,40 +147,31 @@ Status Router::start() {
       pairs_.back()->d = d.get();
       (void)check_pair(*pairs_.back());
     }
-  server_ = std::make_unique<httplib::Server>();
-  server_->set_payload_max_length(o_.max_body_bytes);
-  const int threads = o_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  ListenSocket listen_socket;
-  listen_socket.install(*server_);
+  HttpFrontEndOptions fo;
+  fo.host = o_.host;
+  fo.port = o_.port;
+  fo.threads = o_.threads;
+  fo.max_body_bytes = o_.max_body_bytes;
+  server_ = std::make_unique<HttpFrontEnd>(std::move(fo));
   install_request_guard(*server_, o_.guard,
                         {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
                          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}});
   install_routes();
-  if (o_.port == 0) {
-    port_ = server_->bind_to_any_port(o_.host);
-    if (port_ < 0) return Status(StatusCode::kUnavailable, fmt::format("cannot bind {}", o_.host));
-  } else {
-    if (!server_->bind_to_port(o_.host, o_.port))
-      return Status(StatusCode::kUnavailable, fmt::format("cannot bind {}:{}", o_.host, o_.port));
-    port_ = o_.port;
-  }
-  listen_socket.raise_backlog();
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  STRATA_RETURN_IF_ERROR(server_->start());
+  port_ = server_->port();
   return ok_status();
 }
 
 void Router::stop() {
   if (server_) server_->stop();
-  if (listener_.joinable()) listener_.join();
 }
 
 void Router::wait() {
-  if (listener_.joinable()) listener_.join();
+  if (server_) server_->wait();
 }
 
 void Router::install_routes() {
-  httplib::Server& s = *server_;
+  HttpFrontEnd& s = *server_;
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     for (auto& pr : pairs_)
       if (check_pair(*pr).ok()) return res.set_content("{}", "application/json");
@@ -208,7 +199,6 @@ void Router::install_routes() {
 
   auto route = [this](const std::string& path, const httplib::Request& req, httplib::Response& res) {
     ++requests_;
-    if (body_too_large(req, res, o_.max_body_bytes)) return;
     const std::string auth = o_.backend_api_key.empty() ? req.get_header_value("Authorization")
                                                         : "Bearer " + o_.backend_api_key;
     StatusOr<Json> parsed = parse_json_body(req.body);

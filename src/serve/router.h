@@ -26,11 +26,11 @@
 #include "base/status.h"
 #include "serve/request_guard.h"
 
-namespace httplib {
-class Server;
-}
+
 
 namespace strata {
+
+class HttpFrontEnd;
 
 struct RouterOptions {
   std::vector<std::string> prefill;  // base URLs, e.g. http://127.0.0.1:8100
@@ -73,8 +73,7 @@ class Router {
   std::atomic<uint64_t> rr_{0};
   std::atomic<int64_t> requests_{0}, failures_{0}, handoffs_{0};
   std::atomic<int64_t> handoff_us_{0};
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;
+  std::unique_ptr<HttpFrontEnd> server_;
   int port_ = -1;
 };
 

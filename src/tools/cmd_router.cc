@@ -51,7 +51,7 @@ void setup_router(CLI::App& app) {
   cmd->add_option("--policy", o->policy, "round-robin, least-loaded or prefix-aware")
       ->check(CLI::IsMember({"round-robin", "least-loaded", "prefix-aware"}))
       ->capture_default_str();
-  cmd->add_option("--http-threads", o->threads, "HTTP worker threads")->check(CLI::Range(2, 4096));
+  cmd->add_option("--http-threads", o->threads, "Workers for requests being routed (connections themselves hold no thread)")->check(CLI::Range(2, 4096));
   cmd->add_option("--api-key", o->guard.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* (default: $STRATA_API_KEY)");
   cmd->add_option("--backend-api-key", o->backend_api_key,

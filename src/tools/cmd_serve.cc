@@ -148,7 +148,7 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1, loopback only)");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")->check(threads_range());
-  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (one per open stream)")->check(CLI::Range(2, 4096));
+  cmd->add_option("--http-threads", o->http_threads, "Workers for requests being generated (one per open stream; connections themselves hold no thread)")->check(CLI::Range(2, 4096));
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences running at once")->check(positive());
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step (prefill + decode)")->check(positive());
   cmd->add_option("--chunk-size", o->chunk_size, "Max prompt tokens one sequence feeds per step")->check(positive());
