@@ -167,6 +167,9 @@ Status DeepseekCacheRunner<Model, State, Options>::step(std::span<const StepItem
     while (done < n) {
       int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
       if (c <= 0 || c > n - done) c = n - done;
+      // Speculative verify: one row per position, each a one-token call (canonical form:
+      // the same bits as decoding it).
+      if (it.all_logits && it.want_logits) c = 1;
       const int64_t pos = pos0 + done;
       // Canonical form (exec/call_shape.h): every row as a one-token decode step at its
       // position, prompt or generated, so splits, prefix hits and recompute change no bit.
@@ -188,8 +191,9 @@ Status DeepseekCacheRunner<Model, State, Options>::step(std::span<const StepItem
       }
       s.pending.erase(s.pending.begin(), s.pending.begin() + c);
       done += c;
+      if (it.all_logits && it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
     }
-    if (it.want_logits) logits->insert(logits->end(), row.begin(), row.end());
+    if (it.want_logits && !it.all_logits) logits->insert(logits->end(), row.begin(), row.end());
     ++advanced;
   }
   return ok_status();

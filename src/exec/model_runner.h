@@ -49,6 +49,9 @@ struct StepItem {
   // depend on the call shape (DeepSeek V4.1 reproduces reference behaviour that differs
   // between prompt chunks and decode steps) use it; others ignore it.
   int64_t prompt_len = -1;
+  // Speculative verify (with want_logits): return one logits row per token of the item, in
+  // order, each bit-identical to the row a one-token step at that position would give.
+  bool all_logits = false;
 };
 
 // Per-kind cache usage, for /metrics and admission.
@@ -78,11 +81,22 @@ class ModelRunner {
   virtual bool token_capacity_is_shared() const { return true; }
 
   // Runs one step over `items` (each seq at most once). On success `logits` holds one row
-  // of vocab_size floats per item with want_logits, in item order. On error no sequence's
-  // state has advanced.
+  // of vocab_size floats per item with want_logits (tokens.size() rows for all_logits), in
+  // item order. On error no sequence's state has advanced.
   virtual Status step(std::span<const StepItem> items, std::vector<float>* logits) = 0;
 
   virtual std::vector<CacheUsage> cache_usage() const = 0;
+
+  // ---- Optional: speculative rollback (default: not supported). ----
+  //
+  // Rolls `seq` back to its first `new_len` positions (0 < new_len <= sequence_length): the
+  // state of every kind becomes what feeding only those tokens would have given, rows past
+  // new_len are freed (none stays published in a block the sequence will write again).
+  // Unimplemented when the runner cannot (the scheduler then recomputes from the prefix
+  // cache); ResourceExhausted when a copy-on-write block is not free (nothing changed).
+  virtual Status truncate_sequence(SeqId seq, int64_t new_len) {
+    return Status(StatusCode::kUnimplemented, "this runner cannot roll a sequence back");
+  }
 
   // ---- Optional: prefix caching (defaults: the runner has no prefix cache). ----
   //

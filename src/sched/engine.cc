@@ -160,6 +160,9 @@ Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, EngineOptions op
       options_(options),
       scheduler_(runner, options.scheduler) {
   prefix_alignment_ = runner_->prefix_alignment();
+  proposer_ = make_proposer(options_.speculative);
+  counters_.spec_decode_num_accepted_tokens_per_pos.assign(
+      static_cast<size_t>(std::max(0, options_.speculative.num_speculative_tokens)), 0);
   publish_stats();
 }
 
@@ -337,6 +340,8 @@ void Engine::publish_stats() {
   s.kv_transfer_imported_tokens_total = c.handoff_imported_tokens;
   s.kv_transfer_import_failures_total = c.handoff_import_failures;
   s.kv_transfer_recomputed_tokens_total = c.handoff_recomputed_tokens;
+  s.spec_decode_rollback_recomputes = c.spec_rollback_recomputes;
+  s.spec_decode_rollback_recomputed_tokens = c.spec_rollback_recomputed_tokens;
   s.cache_usage = runner_->cache_usage();
   s.prefix_cache_bytes_per_unit = runner_->prefix_cache_bytes_per_unit();
   std::lock_guard lock(stats_mu_);
@@ -392,7 +397,8 @@ bool Engine::iterate() {
     return !incoming.empty() || !cancels.empty();
   }
 
-  // 2. Plan.
+  // 2. Plan (drafts first: a verify item is planned like a decode of k+1 tokens).
+  if (proposer_) propose_drafts();
   SchedulePlan plan = scheduler_.plan();
   for (FailedRequest& f : plan.failed) {
     auto it = active_.find(f.seq.value);
@@ -440,12 +446,19 @@ bool Engine::iterate() {
   // 4. Sample one token per logits row.
   const int64_t vocab = info.vocab_size;
   int64_t rows = 0;
-  for (const StepItem& item : plan.items) rows += item.want_logits ? 1 : 0;
+  for (const StepItem& item : plan.items)
+    rows += item.want_logits ? (item.all_logits ? static_cast<int64_t>(item.tokens.size()) : 1) : 0;
   STRATA_CHECK_MSG(static_cast<int64_t>(logits.size()) == rows * vocab,
                    "runner returned {} logits for {} rows of {}", logits.size(), rows, vocab);
   int64_t row = 0;
   for (const ScheduledItem& s : plan.scheduled) {
     if (!s.want_logits) continue;
+    if (s.all_logits) {  // a speculative verify: k drafts after the last token
+      std::span<const float> rows_k(logits.data() + row * vocab, s.num_tokens * vocab);
+      row += s.num_tokens;
+      accept_drafts(*active_.at(s.seq.value), rows_k, s.num_tokens - 1);
+      continue;
+    }
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
     Active& a = *active_.at(s.seq.value);
@@ -508,7 +521,57 @@ std::string Engine::decode_piece(Active& a, int32_t token) {
   return take_complete_utf8(a.utf8_pending);
 }
 
-void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob) {
+void Engine::propose_drafts() {
+  const ModelInfo& info = runner_->info();
+  const SpeculativeConfig& sc = options_.speculative;
+  for (auto& [id, ap] : active_) {
+    Active& a = *ap;
+    if (a.export_state || !scheduler_.is_running(a.seq)) continue;
+    const std::vector<int32_t>& tokens = scheduler_.tokens(a.seq);
+    const int64_t len = static_cast<int64_t>(tokens.size());
+    if (scheduler_.num_computed(a.seq) + 1 != len || len <= a.prompt_tokens) continue;
+    // Every draft must be emittable: within max_tokens and the context (the target's own
+    // next token comes on top).
+    const int64_t k = std::min<int64_t>({sc.num_speculative_tokens, a.max_new_tokens - a.generated - 1,
+                                         info.max_context - len - 1});
+    if (k <= 0) continue;
+    const std::vector<int32_t> drafts = proposer_->propose(tokens, static_cast<int>(k));
+    if (!drafts.empty()) scheduler_.set_drafts(a.seq, drafts);
+  }
+}
+
+void Engine::accept_drafts(Active& a, std::span<const float> rows, int64_t k) {
+  const int64_t vocab = runner_->info().vocab_size;
+  const std::vector<int32_t>& tokens = scheduler_.tokens(a.seq);
+  const std::vector<int32_t> drafts(tokens.end() - k, tokens.end());
+  // Sample the rows in order, as decoding would, until a sample differs from its draft.
+  std::vector<SampleResult> emitted;
+  for (int64_t i = 0; i <= k; ++i) {
+    std::span<const float> lrow = rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
+    if (Status st = check_logits(lrow); !st.ok()) {  // nothing of this step is committed
+      finish(a, FinishReason::kError, st.with_context("request ended"));
+      return;
+    }
+    emitted.push_back(a.sampler->sample(lrow));
+    if (i == k || emitted.back().token != drafts[i] ||
+        options_.speculative.force_reject_at == i + 1)
+      break;
+  }
+  const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
+  ++counters_.spec_decode_num_drafts;
+  counters_.spec_decode_num_draft_tokens += k;
+  counters_.spec_decode_num_accepted_tokens += accepted;
+  for (int64_t i = 0; i < accepted; ++i) ++counters_.spec_decode_num_accepted_tokens_per_pos.at(i);
+  scheduler_.resolve_drafts(a.seq, accepted);
+  const RequestId id = a.id;
+  for (int64_t i = 0; i <= accepted; ++i) {
+    handle_token(a, emitted[i].token, a.params.logprobs >= 0 ? &emitted[i].logprob : nullptr,
+                 /*appended=*/i < accepted);
+    if (!active_.count(id)) return;  // finished (EOS, stop, length): the rest is dropped
+  }
+}
+
+void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended) {
   const auto now = Clock::now();
   a.token_times.push_back(now);
   ++a.generated;
@@ -543,7 +606,7 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob)
   }
   if (reason == FinishReason::kNone) {
     a.stream->push(std::move(e));
-    scheduler_.append_token(a.seq, token);
+    if (!appended) scheduler_.append_token(a.seq, token);
     return;
   }
   // Final: flush held text (not after a stop string match).

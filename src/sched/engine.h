@@ -40,6 +40,7 @@
 #include "model/tokenizer.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
+#include "sched/spec_decode.h"
 
 namespace strata {
 
@@ -47,6 +48,9 @@ struct EngineOptions {
   SchedulerOptions scheduler;
   uint64_t seed = 0;            // base seed for requests without their own
   int64_t max_waiting = 4096;   // submit() fails with ResourceExhausted beyond this
+  // Speculative decoding (sched/spec_decode.h; off by default): decoding requests get drafts
+  // from the proposer, verified in one pass; the output equals non-speculative decoding.
+  SpeculativeConfig speculative{};
 };
 
 struct RequestTimings {
@@ -92,6 +96,15 @@ struct EngineStats {
   int64_t kv_transfer_imported_tokens_total = 0;
   int64_t kv_transfer_import_failures_total = 0;
   int64_t kv_transfer_recomputed_tokens_total = 0;
+  // Speculative decoding (vLLM's spec_decode_* counters): verify passes with drafts, drafts
+  // proposed, drafts accepted, accepted drafts per draft position (index 0 = first draft);
+  // rollbacks the runner could not cut back and the positions then recomputed.
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;
+  int64_t spec_decode_rollback_recomputes = 0;
+  int64_t spec_decode_rollback_recomputed_tokens = 0;
 };
 
 class Engine {
@@ -127,6 +140,8 @@ class Engine {
   // waits for the current step. 0 once shutdown() began. A decode server uses it to fetch
   // only the rows it does not hold (the cache may still change before the admission).
   int64_t peek_cached_prefix(std::vector<int32_t> prompt);
+  // Tests: replaces the proposer of options.speculative (before start(); not null).
+  void set_proposer(std::unique_ptr<DraftProposer> p) { proposer_ = std::move(p); }
 
   // Test hook: runs one iteration on the calling thread; false when there was no work.
   bool step_once();
@@ -140,7 +155,12 @@ class Engine {
   struct Active;
   void loop();
   bool iterate();
-  void handle_token(Active& a, int32_t token, const TokenLogprob* logprob);
+  // `appended`: the token is already in the scheduler's tokens (an accepted draft).
+  void handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended = false);
+  // Speculative decoding: proposes drafts for decoding requests before planning; samples a
+  // verify item's rows and commits what was accepted (returns false if the request ended).
+  void propose_drafts();
+  void accept_drafts(Active& a, std::span<const float> rows, int64_t k);
   void finish(Active& a, FinishReason reason, Status error = Status(),
               std::shared_ptr<const HandoffState> handoff = nullptr);
   void publish_stats();
@@ -151,6 +171,7 @@ class Engine {
   EngineOptions options_;
   Scheduler scheduler_;
   EngineObserver* observer_ = nullptr;
+  std::unique_ptr<DraftProposer> proposer_;
   int64_t prefix_alignment_ = 0;
 
   struct Incoming {

@@ -111,11 +111,23 @@ class FakeRunner : public ModelRunner {
         }
       }
       if (it.want_logits) {
-        auto row = fake_logits(h, o_.vocab);
-        if (it.seq.value == nan_logits_seq) row[row.size() / 2] = std::nanf("");
-        logits->insert(logits->end(), row.begin(), row.end());
+        const size_t n = it.all_logits ? it.tokens.size() : 1;
+        for (size_t r = n; r-- > 0;) {
+          auto row = fake_logits(std::span<const int32_t>(h).first(h.size() - r), o_.vocab);
+          if (it.seq.value == nan_logits_seq) row[row.size() / 2] = std::nanf("");
+          logits->insert(logits->end(), row.begin(), row.end());
+        }
       }
     }
+    return ok_status();
+  }
+  // Speculative rollback (unless rollback_unsupported: the scheduler then recomputes).
+  Status truncate_sequence(SeqId seq, int64_t new_len) override {
+    if (rollback_unsupported) return ModelRunner::truncate_sequence(seq, new_len);
+    auto it = seqs_.find(seq.value);
+    if (it == seqs_.end() || new_len <= 0 || new_len > static_cast<int64_t>(it->second.size()))
+      return invalid_argument("truncate: bad length {}", new_len);
+    it->second.resize(static_cast<size_t>(new_len));
     return ok_status();
   }
   std::vector<CacheUsage> cache_usage() const override {
@@ -144,6 +156,7 @@ class FakeRunner : public ModelRunner {
   int64_t max_batch_items() const { return max_batch_items_; }
   bool fail_next_step = false;
   int64_t nan_logits_seq = -1;  // this sequence's logits rows get a NaN
+  bool rollback_unsupported = false;  // truncate_sequence answers Unimplemented
 
  private:
   FakeRunnerOptions o_;

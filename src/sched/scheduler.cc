@@ -60,6 +60,55 @@ void Scheduler::release(Request* r) {
     r->in_runner = false;
   }
   r->num_computed = 0;
+  if (r->num_drafts > 0) drop_drafts(r);
+}
+
+void Scheduler::drop_drafts(Request* r) {
+  r->tokens.resize(r->tokens.size() - static_cast<size_t>(r->num_drafts));
+  r->num_drafts = 0;
+}
+
+bool Scheduler::set_drafts(SeqId seq, std::span<const int32_t> drafts) {
+  Request* r = find(seq);
+  if (r == nullptr || !r->in_runner || drafts.empty() || r->num_drafts > 0 ||
+      r->num_computed + 1 != static_cast<int64_t>(r->tokens.size()))
+    return false;
+  r->tokens.insert(r->tokens.end(), drafts.begin(), drafts.end());
+  r->num_drafts = static_cast<int64_t>(drafts.size());
+  return true;
+}
+
+int64_t Scheduler::num_drafts(SeqId seq) const {
+  const Request* r = find(seq);
+  return r == nullptr ? 0 : r->num_drafts;
+}
+
+bool Scheduler::resolve_drafts(SeqId seq, int64_t accepted) {
+  Request* r = find(seq);
+  STRATA_CHECK(r != nullptr && r->in_runner && r->num_drafts > 0);
+  STRATA_CHECK(accepted >= 0 && accepted <= r->num_drafts);
+  STRATA_CHECK(r->num_computed == static_cast<int64_t>(r->tokens.size()));
+  const int64_t new_len = static_cast<int64_t>(r->tokens.size()) - r->num_drafts + accepted;
+  r->tokens.resize(static_cast<size_t>(new_len));
+  r->num_drafts = 0;
+  if (r->num_computed == new_len) return false;
+  if (runner_->truncate_sequence(seq, new_len).ok()) {
+    r->num_computed = new_len;
+    return false;
+  }
+  // The runner cannot cut its state back: start the sequence again from its prefix cache
+  // and feed the rest (exact: a position's state depends only on the tokens before it).
+  runner_->release_sequence(seq);
+  if (!runner_->add_sequence(seq).ok()) {
+    preempt(r);  // re-queued; recomputed at its next admission
+    return true;
+  }
+  const int64_t hit = runner_->attach_cached_prefix(seq, r->tokens);
+  r->num_computed = hit;
+  r->recomputing = true;
+  ++counters_.spec_rollback_recomputes;
+  counters_.spec_rollback_recomputed_tokens += new_len - hit;
+  return false;
 }
 
 void Scheduler::preempt(Request* r) {
@@ -87,8 +136,11 @@ void Scheduler::remove(SeqId seq) {
 void Scheduler::append_token(SeqId seq, int32_t token) {
   Request* r = find(seq);
   STRATA_CHECK(r != nullptr);
-  STRATA_CHECK_MSG(r->num_computed == static_cast<int64_t>(r->tokens.size()) || !r->in_runner,
+  STRATA_CHECK_MSG(r->num_computed == static_cast<int64_t>(r->tokens.size()) || !r->in_runner ||
+                       r->recomputing,
                    "append_token on seq {} with unfed tokens", seq.value);
+  STRATA_CHECK(r->num_drafts == 0);
+  r->recomputing = false;
   r->tokens.push_back(token);
 }
 
@@ -161,7 +213,14 @@ SchedulePlan Scheduler::plan() {
       preempt(victim);
       continue;  // retry r (or stop, if r was the victim: i == size)
     }
-    schedule(r, std::min({need, options_.chunk_size, budget, cap}));
+    const int64_t fits = std::min({options_.chunk_size, budget, cap});
+    if (r->num_drafts > 0 && need > fits) {  // a verify is all or nothing
+      drop_drafts(r);
+      schedule(r, 1);
+    } else {
+      schedule(r, std::min(need, fits));
+      plan.scheduled.back().all_logits = r->num_drafts > 0;
+    }
     ++i;
   }
 
@@ -253,7 +312,7 @@ SchedulePlan Scheduler::plan() {
     STRATA_CHECK(r != nullptr && r->in_runner);
     plan.items.push_back(
         {s.seq, std::span<const int32_t>(r->tokens.data() + s.begin, s.num_tokens),
-         s.want_logits, r->prompt_len});
+         s.want_logits, r->prompt_len, s.all_logits});
   }
   return plan;
 }

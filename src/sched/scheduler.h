@@ -56,6 +56,7 @@ struct ScheduledItem {
   int64_t begin = 0;          // index into the request's tokens
   int64_t num_tokens = 0;
   bool want_logits = false;   // the item reaches the end of the request's tokens
+  bool all_logits = false;    // a speculative verify: one row per token (set_drafts)
 };
 
 struct FailedRequest {
@@ -83,6 +84,10 @@ struct SchedulerCounters {
   int64_t handoff_imported_tokens = 0;
   int64_t handoff_import_failures = 0;
   int64_t handoff_recomputed_tokens = 0;
+  // Speculative rollbacks the runner could not cut back, recomputed from the prefix cache
+  // instead, and the positions recomputed.
+  int64_t spec_rollback_recomputes = 0;
+  int64_t spec_rollback_recomputed_tokens = 0;
 };
 
 class Scheduler {
@@ -110,6 +115,20 @@ class Scheduler {
   // Appends a sampled token; it is fed in a later step. Precondition: the request's last
   // plan item wanted logits and was committed.
   void append_token(SeqId seq, int32_t token);
+
+  // Speculative decoding (sched/spec_decode.h). `drafts` (non-empty) follow the request's
+  // last token, which must be sampled and not yet fed (a decode); they are fed with it as
+  // one item whose logits are all returned (all_logits), or dropped by plan() when the
+  // step's budget or the runner's capacity cannot take them all. Returns false (nothing
+  // changed) when the request is not in that state.
+  bool set_drafts(SeqId seq, std::span<const int32_t> drafts);
+  int64_t num_drafts(SeqId seq) const;
+  // After the verify step was committed: keeps the first `accepted` drafts as generated
+  // tokens and rolls the runner's state back to them (ModelRunner::truncate_sequence; if the
+  // runner cannot, its state is rebuilt from the prefix cache and the rest is fed again).
+  // The engine then appends the target's next token with append_token. Only a runner
+  // failure while rebuilding preempts the request (returned true).
+  bool resolve_drafts(SeqId seq, int64_t accepted);
 
   // Plans the next step. Performs admissions (runner.add_sequence + prefix lookup) and
   // capacity preemptions as side effects. The plan's spans stay valid until the next call
@@ -151,7 +170,10 @@ class Scheduler {
     int64_t cached_prompt_tokens = 0;
     std::shared_ptr<const HandoffState> handoff;
     bool fail_on_import_error = true;
+    int64_t num_drafts = 0;     // the last num_drafts tokens are speculative drafts
+    bool recomputing = false;   // rolled back by recompute: tokens past num_computed unfed
   };
+  void drop_drafts(Request* r);
   static bool before(const Request& a, const Request& b);
   void insert_waiting(Request* r);
   void preempt(Request* r);

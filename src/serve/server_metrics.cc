@@ -118,8 +118,29 @@ std::string ServerMetrics::render(const EngineStats& s) const {
                    s.kv_transfer_import_failures_total},
            Counter{"kv_transfer_recomputed_tokens_total",
                    "Prompt tokens computed locally because a handoff failed (recompute policy).",
-                   s.kv_transfer_recomputed_tokens_total}})
+                   s.kv_transfer_recomputed_tokens_total},
+           // Speculative decoding, vLLM's names.
+           Counter{"spec_decode_num_drafts", "Verify passes that carried drafts.",
+                   s.spec_decode_num_drafts},
+           Counter{"spec_decode_num_draft_tokens", "Draft tokens proposed.",
+                   s.spec_decode_num_draft_tokens},
+           Counter{"spec_decode_num_accepted_tokens", "Draft tokens accepted.",
+                   s.spec_decode_num_accepted_tokens},
+           Counter{"spec_decode_rollback_recomputes_total",
+                   "Rollbacks the runner could not cut back, recomputed from the prefix cache.",
+                   s.spec_decode_rollback_recomputes},
+           Counter{"spec_decode_rollback_recomputed_tokens_total",
+                   "Positions recomputed by those rollbacks.",
+                   s.spec_decode_rollback_recomputed_tokens}})
     counter(c.name, c.help, static_cast<double>(c.value));
+  if (!s.spec_decode_num_accepted_tokens_per_pos.empty()) {
+    out += "# HELP strata:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted, per "
+           "draft position (0 = first draft).\n"
+           "# TYPE strata:spec_decode_num_accepted_tokens_per_pos counter\n";
+    for (size_t i = 0; i < s.spec_decode_num_accepted_tokens_per_pos.size(); ++i)
+      out += fmt::format("strata:spec_decode_num_accepted_tokens_per_pos{{{},position=\"{}\"}} {}\n",
+                         model, i, s.spec_decode_num_accepted_tokens_per_pos[i]);
+  }
   counter("engine_steps_total", "Engine steps (forward passes).",
           static_cast<double>(s.steps_total));
   counter("engine_schedule_seconds_total",

@@ -381,6 +381,58 @@ int64_t CacheManager::suggest_chunk(CacheSeqId seq, int64_t max_tokens) const {
   return n;
 }
 
+Status CacheManager::truncate(CacheSeqId seq, int64_t new_len) {
+  Impl& I = *impl_;
+  auto it = I.seqs.find(seq);
+  STRATA_CHECK_MSG(it != I.seqs.end(), "truncate of unknown sequence {}", seq);
+  Seq& s = it->second;
+  STRATA_CHECK_MSG(!s.in_flight, "truncate of sequence {} during a step", seq);
+  STRATA_CHECK_MSG(new_len > 0 && new_len <= s.computed, "truncate of sequence {} to {} of {}",
+                   seq, new_len, s.computed);
+  if (I.any_ringfixed)
+    return Status(StatusCode::kUnimplemented, "ring / fixed state cannot be cut back");
+  // Copies first (the only step that can fail), then the cuts.
+  std::vector<int64_t> copies(I.pools.size(), 0);
+  for (OwnerId oid : I.paged_owners) {
+    const BlockPool& pool = I.pools[I.pool_of[oid]];
+    const int64_t rows = new_len / graph_.owners()[oid].spec.ratio;
+    const int64_t keep = ceil_div(rows, pool.rows_per_block());
+    if (rows % pool.rows_per_block() != 0 && pool.refcount(s.tables[oid][keep - 1]) > 1)
+      ++copies[I.pool_of[oid]];
+  }
+  for (size_t p = 0; p < copies.size(); ++p)
+    if (I.pools[p].num_free() < copies[p])
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("truncate: {} blocks to copy, {} free", copies[p], I.pools[p].num_free()));
+  for (OwnerId oid : I.paged_owners) {
+    BlockPool& pool = I.pools[I.pool_of[oid]];
+    std::vector<BlockId>& table = s.tables[oid];
+    const int64_t rows = new_len / graph_.owners()[oid].spec.ratio;
+    const int64_t keep = ceil_div(rows, pool.rows_per_block());
+    while (static_cast<int64_t>(table.size()) > keep) {
+      pool.unref(table.back());
+      table.pop_back();
+    }
+    if (rows % pool.rows_per_block() != 0 && pool.refcount(table.back()) > 1) {
+      const BlockId copy = pool.allocate();
+      pool.copy_block(copy, table.back());
+      pool.unref(table.back());
+      table.back() = copy;
+    }
+  }
+  s.tokens.resize(static_cast<size_t>(new_len));
+  s.computed = new_len;
+  const int64_t u = block_tokens_;
+  if (s.published > new_len / u) {
+    s.published = new_len / u;
+    uint64_t key = I.root_key;
+    for (int64_t k = 0; k < s.published; ++k) key = chain_key(key, s.tokens.data() + k * u, u);
+    s.last_key = key;
+  }
+  ++I.generation;
+  return ok_status();
+}
+
 void CacheManager::commit(const StepPlan& plan) {
   Impl& I = *impl_;
   STRATA_CHECK_MSG(plan.outcome == PlanOutcome::kOk, "commit of a plan that did not fit: {}",

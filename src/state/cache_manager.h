@@ -46,6 +46,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "state/block_pool.h"
 #include "state/state_graph.h"
 
@@ -148,6 +149,15 @@ class CacheManager {
   // Drops everything the sequence holds (finish, cancel, preempt). A preempted request is
   // re-added with add_sequence and may hit its own published prefix.
   void release(CacheSeqId seq);
+  // Speculative rollback of a graph with growing owners only (plain KV): the sequence keeps
+  // positions [0, new_len) (0 < new_len <= num_computed; its known ids are cut there too).
+  // Blocks past them are unreferenced; a kept last block that is partly past new_len and
+  // shared (published by the step that wrote the rejected rows) is replaced by a copy, so
+  // the cache entry -- valid state for the ids it was keyed by -- is never overwritten.
+  // Units published past new_len stay in the cache; the sequence republishes from new_len.
+  // Errors: Unimplemented (ring / fixed owners: their rows cannot be cut back),
+  // ResourceExhausted (no free block for a copy; nothing changed). Not during a step.
+  Status truncate(CacheSeqId seq, int64_t new_len);
 
   // Tokens a new sequence with these ids would get from the prefix cache right now (the hit
   // plan_step would plan for its first step: whole units, at most tokens.size()-1). Pure.

@@ -698,3 +698,74 @@ TEST(SequenceCacheTest, StepsAndReset) {
 }
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Speculative rollback of plain KV: blocks past the cut are freed; a kept block that the
+// verify step published is copied, so the cache entry of the rolled-back ids stays intact.
+TEST(CacheManagerTruncate, CutsBackAndCopiesAPublishedBlock) {
+  auto g = StateGraph::from_llama({.n_layers = 1, .n_kv_heads = 1, .head_dim = 2});
+  CacheManager cm(*g, CacheOptions{.block_tokens = 4, .max_seqs = 2, .max_tokens = 64});
+  const OwnerId owner = g->owners()[0].id;
+  std::vector<int32_t> ids = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+  cm.add_sequence(1, ids);
+  StepPlan p = cm.plan_step({{1, 9}});
+  ASSERT_EQ(p.outcome, PlanOutcome::kOk);
+  cm.commit(p);
+  for (int64_t pos = 0; pos < 9; ++pos) {
+    const float row[4] = {float(pos), 1, 2, 3};
+    cm.write_row(1, owner, pos, row);
+  }
+  cm.finish_step(p);  // units [0,4) and [4,8) published
+  const int64_t free_before = cm.total_free_blocks();
+  ASSERT_TRUE(cm.truncate(1, 6).ok());  // keeps 0..5: block 1 shared with the cache -> copied
+  cm.check_invariants();
+  EXPECT_EQ(cm.num_computed(1), 6);
+  EXPECT_EQ(cm.num_known(1), 6);
+  // block 2 (position 8) freed, one block taken for the copy: the same free count
+  EXPECT_EQ(cm.total_free_blocks(), free_before);
+  float out[4];
+  cm.read_row(1, owner, 5, out);
+  EXPECT_EQ(out[0], 5.0f);
+  // Other ids from position 6 on: the sequence writes its copy, the entry keeps 6 and 7.
+  cm.append_tokens(1, {42, 43, 44});
+  StepPlan q = cm.plan_step({{1, 3}});
+  cm.commit(q);
+  for (int64_t pos = 6; pos < 9; ++pos) {
+    const float row[4] = {100.0f + pos, 0, 0, 0};
+    cm.write_row(1, owner, pos, row);
+  }
+  cm.finish_step(q);
+  cm.check_invariants();
+  cm.add_sequence(2, ids);  // the original ids still hit both units, rows intact
+  EXPECT_EQ(cm.cached_prefix_tokens(ids), 8);
+  StepPlan h = cm.plan_step({{2, 9}});
+  ASSERT_EQ(h.seqs[0].hit_tokens, 8);
+  cm.commit(h);
+  cm.read_row(2, owner, 6, out);
+  EXPECT_EQ(out[0], 6.0f);
+  cm.read_row(1, owner, 6, out);
+  EXPECT_EQ(out[0], 106.0f);
+  cm.finish_step(h);
+  cm.release(1);
+  cm.release(2);
+  cm.clear_prefix_cache();
+  cm.check_invariants();
+  EXPECT_EQ(cm.total_free_blocks(), cm.total_blocks());
+}
+
+TEST(CacheManagerTruncate, RingOrFixedStateIsUnimplemented) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  ASSERT_TRUE(g.ok());
+  CacheManager cm(*g, CacheOptions{.max_seqs = 1, .max_tokens = 256, .allocate_storage = false});
+  cm.add_sequence(1, std::vector<int32_t>(10, 3));
+  StepPlan p = cm.plan_step({{1, 10}});
+  cm.commit(p);
+  cm.finish_step(p);
+  EXPECT_EQ(cm.truncate(1, 5).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(cm.num_computed(1), 10);
+}
+
+}  // namespace
+}  // namespace strata

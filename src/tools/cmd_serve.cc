@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
+#include "sched/spec_decode.h"
 #include "serve/serving_stack.h"
 #include "tools/command_registry.h"
 
@@ -40,6 +41,7 @@ struct ServeCli {
   bool disable_log_stats = false;
   double log_stats_interval = 10;
   std::string metrics_prefix = "strata:";
+  std::string speculative_config;
 };
 
 int run_serve(ServeCli& o) {
@@ -88,6 +90,15 @@ int run_serve(ServeCli& o) {
   so.engine.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   so.engine.scheduler.chunk_size = o.chunk_size;
   so.engine.seed = o.seed;
+  {
+    StatusOr<SpeculativeConfig> sc = parse_speculative_config(o.speculative_config);
+    if (!sc.ok()) {
+      fmt::print(stderr, "strata serve: {}\n", sc.status().message());
+      set_exit_code(2);
+      return 2;
+    }
+    so.engine.speculative = *sc;
+  }
   so.runner.threads = o.threads;
   so.runner.kv_cache_tokens = o.kv_cache_tokens;
   so.runner.prefix_restore = o.prefix_restore;
@@ -160,6 +171,10 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
+  cmd->add_option("--speculative-config", o->speculative_config,
+                  "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 4}' (prompt_lookup_max/min too); outputs are "
+                  "unchanged, only faster where drafts are accepted");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 40))
       ->capture_default_str();

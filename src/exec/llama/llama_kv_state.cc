@@ -222,6 +222,25 @@ void LlamaKvState::end_step() {
   inflight_.reset();
 }
 
+Status LlamaKvState::truncate(int64_t seq, int64_t new_len) {
+  STRATA_CHECK(!inflight_);
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("truncate: unknown sequence {}", seq);
+  Seq& s = it->second;
+  if (new_len <= 0 || new_len > s.length)
+    return invalid_argument("truncate: {} positions of {}", new_len, s.length);
+  if (new_len == s.length) return ok_status();
+  STRATA_RETURN_IF_ERROR(cm_->truncate(seq, new_len));
+  s.length = new_len;
+  s.pending.clear();
+  for (int l = 0; l < o_.n_layers; ++l) {  // the last block may have been copied
+    s.k_ptrs[l].clear();
+    s.v_ptrs[l].clear();
+  }
+  refresh_ptrs(seq, s);
+  return ok_status();
+}
+
 int64_t LlamaKvState::peek_prefix(std::span<const int32_t> tokens) const {
   return cm_->cached_prefix_tokens(std::vector<int32_t>(tokens.begin(), tokens.end()));
 }

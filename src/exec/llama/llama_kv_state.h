@@ -82,6 +82,11 @@ class LlamaKvState {
   void write_kv(int64_t seq, int layer, int64_t pos, const float* k, const float* v);
   kernels::KvBlocks view(int64_t seq, int layer) const;
   void end_step();
+  // Speculative rollback: keeps positions [0, new_len) (0 < new_len <= length(seq)), frees
+  // the blocks past them, and copies the last kept block if it is shared (a prefix-cache
+  // entry of the rolled-back tokens keeps its own). ResourceExhausted (nothing changed)
+  // when no block is free for that copy. Not during a step.
+  Status truncate(int64_t seq, int64_t new_len);
 
   // PD handoff (state/handoff.h): the graph the rows follow; export of `seq`'s rows as of
   // its length (== ids.size()); import of a verified state right after attach_prefix

@@ -66,6 +66,9 @@ std::vector<CacheUsage> LlamaRunner::cache_usage() const {
   const LlamaKvUsage u = kv_.usage().at(0);
   return {CacheUsage{u.kind, "host", u.used_bytes, u.capacity_bytes}};
 }
+Status LlamaRunner::truncate_sequence(SeqId seq, int64_t new_len) {
+  return kv_.truncate(seq.value, new_len);
+}
 int64_t LlamaRunner::attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
   return kv_.attach_prefix(seq.value, tokens);
 }
@@ -90,7 +93,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
       if (t < 0 || t >= c.vocab_size)
         return invalid_argument("step: token id {} outside vocabulary [0, {})", t, c.vocab_size);
     M += static_cast<int64_t>(it.tokens.size());
-    if (it.want_logits) ++n_logits;
+    if (it.want_logits) n_logits += it.all_logits ? static_cast<int64_t>(it.tokens.size()) : 1;
   }
   {
     std::vector<int64_t> ids;
@@ -196,12 +199,12 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
     if (n_logits > 0) {
       int64_t r = 0, j = 0;
       for (const StepItem& it : items) {
-        r += static_cast<int64_t>(it.tokens.size());
-        if (it.want_logits) {
-          kernels::rmsnorm(x_.data() + (r - 1) * d, model_->final_norm().data(), d, eps,
+        const int64_t n = static_cast<int64_t>(it.tokens.size());
+        r += n;
+        if (!it.want_logits) continue;
+        for (int64_t t = it.all_logits ? r - n : r - 1; t < r; ++t, ++j)
+          kernels::rmsnorm(x_.data() + t * d, model_->final_norm().data(), d, eps,
                            xn_.data() + j * d);
-          ++j;
-        }
       }
       kernels::matmul(xn_.data(), n_logits, model_->lm_head(), logits->data(), pool);
     }

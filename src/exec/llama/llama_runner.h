@@ -48,6 +48,8 @@ class LlamaRunner : public ModelRunner {
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  // Exact and cheap: drops the KV rows past new_len (LlamaKvState::truncate).
+  Status truncate_sequence(SeqId seq, int64_t new_len) override;
   int64_t prefix_alignment() const override;
   const StateGraph* state_graph() const override { return &kv_.graph(); }
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override {

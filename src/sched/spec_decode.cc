@@ -1,0 +1,76 @@
+// Speculative decoding configuration and proposers (see spec_decode.h).
+#include "sched/spec_decode.h"
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
+  SpeculativeConfig c;
+  if (text.empty()) return c;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return invalid_argument("--speculative-config must be a JSON object, e.g. "
+                            "'{{\"method\": \"ngram\", \"num_speculative_tokens\": 4}}'");
+  if (j.empty()) return c;
+  auto int_field = [&](const char* name, int* out, int lo, int hi) -> Status {
+    if (!j.contains(name)) return ok_status();
+    if (!j[name].is_number_integer())
+      return invalid_argument("--speculative-config: '{}' must be an integer", name);
+    const int64_t v = j[name].get<int64_t>();
+    if (v < lo || v > hi)
+      return invalid_argument("--speculative-config: '{}' = {} is outside [{}, {}]", name, v, lo, hi);
+    *out = static_cast<int>(v);
+    return ok_status();
+  };
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    static const char* kKnown[] = {"method", "num_speculative_tokens", "prompt_lookup_max",
+                                   "prompt_lookup_min"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) == std::end(kKnown))
+      return invalid_argument("--speculative-config: unknown field '{}'", it.key());
+  }
+  if (!j.contains("method") || !j["method"].is_string())
+    return invalid_argument("--speculative-config: 'method' (a string) is required");
+  c.method = j["method"].get<std::string>();
+  if (c.method == "dspark" || c.method == "mtp")
+    return invalid_argument("--speculative-config: method '{}' is not built yet in this version "
+                            "(available: ngram)", c.method);
+  if (c.method != "ngram")
+    return invalid_argument("--speculative-config: unknown method '{}' (available: ngram)", c.method);
+  if (!j.contains("num_speculative_tokens"))
+    return invalid_argument("--speculative-config: 'num_speculative_tokens' is required");
+  STRATA_RETURN_IF_ERROR(int_field("num_speculative_tokens", &c.num_speculative_tokens, 1,
+                                   kMaxSpeculativeTokens));
+  STRATA_RETURN_IF_ERROR(int_field("prompt_lookup_max", &c.prompt_lookup_max, 1, 64));
+  if (j.contains("prompt_lookup_max") && !j.contains("prompt_lookup_min"))
+    c.prompt_lookup_min = std::min(c.prompt_lookup_min, c.prompt_lookup_max);
+  STRATA_RETURN_IF_ERROR(int_field("prompt_lookup_min", &c.prompt_lookup_min, 1, 64));
+  if (c.prompt_lookup_min > c.prompt_lookup_max)
+    return invalid_argument("--speculative-config: prompt_lookup_min {} > prompt_lookup_max {}",
+                            c.prompt_lookup_min, c.prompt_lookup_max);
+  return c;
+}
+
+std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int max_k) const {
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  for (int n = max_n_; n >= min_n_; --n) {
+    if (len <= n) continue;
+    const std::span<const int32_t> suffix = tokens.last(static_cast<size_t>(n));
+    // Most recent earlier occurrence: start positions len-n-1 down to 0.
+    for (int64_t start = len - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+      const int64_t from = start + n;
+      const int64_t k = std::min<int64_t>(max_k, len - from);
+      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + k);
+    }
+  }
+  return {};
+}
+
+std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config) {
+  if (config.method == "ngram")
+    return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
+  return nullptr;
+}
+
+}  // namespace strata

@@ -1,0 +1,142 @@
+// Speculative decoding on the real model families (issue 28): n-gram drafts verified by the
+// target give token ids equal to plain decoding -- greedy for every draft width 1..7 and every
+// forced reject point, seeded sampling, 8 concurrent requests, prefix hits, a pool small
+// enough to preempt -- and every pool is back at its baseline after. Llama (stories260K) rolls
+// back by cutting its KV; DeepSeek V4.1 / V4 recompute from their prefix cache.
+#include <gtest/gtest.h>
+
+#include "model/tokenizer.h"
+#include "runner_fixtures.h"
+#include "sched/engine.h"
+#include "sched/spec_decode.h"
+#include "sched/spec_test_helpers.h"
+
+namespace strata {
+namespace {
+
+struct Out {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+std::vector<int32_t> repetitive_prompt(int variant, int32_t vocab) {
+  // A phrase said three times (what prompt lookup feeds on), different per request.
+  std::vector<int32_t> phrase;
+  for (int i = 0; i < 9; ++i) phrase.push_back((variant * 31 + i * 17) % (vocab - 3) + 3);
+  std::vector<int32_t> p;
+  for (int r = 0; r < 3; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+  return p;
+}
+
+Out run(const std::string& model, const SpeculativeConfig& sc, int n, const GenerationParams& g,
+        int64_t kv_tokens = 0, bool twice = false, std::vector<int32_t> text_prompt = {}) {
+  auto runner = testing::fresh_runner(model, kv_tokens);
+  if (!runner) return {};
+  EngineOptions eo;
+  eo.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 128, .chunk_size = 32};
+  eo.speculative = sc;
+  Engine engine(runner.get(), nullptr, eo);
+  const int32_t vocab = runner->info().vocab_size;
+  const auto baseline = runner->cache_usage();
+  Out out;
+  for (int pass = 0; pass < (twice ? 2 : 1); ++pass) {  // pass 2: prefix hits
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int r = 0; r < n; ++r) {
+      GenerationParams gr = g;
+      if (gr.seed) gr.seed = *gr.seed + r;
+      streams.push_back(
+          engine.submit(text_prompt.empty() ? repetitive_prompt(r, vocab) : text_prompt, gr).value());
+    }
+    std::vector<std::vector<int32_t>> toks(n);
+    std::vector<bool> done(n, false);
+    for (int iter = 0; iter < 20000; ++iter) {
+      bool all = true;
+      for (int r = 0; r < n; ++r) {
+        while (!done[r]) {
+          auto e = streams[r]->next(std::chrono::milliseconds(0));
+          if (!e) break;
+          toks[r].insert(toks[r].end(), e->tokens.begin(), e->tokens.end());
+          EXPECT_TRUE(!e->finished || e->finish_reason != FinishReason::kError) << e->error.to_string();
+          if (e->finished) done[r] = true;
+        }
+        all = all && done[r];
+      }
+      if (all) break;
+      engine.step_once();
+    }
+    if (pass == 0) out.tokens = toks;
+    else EXPECT_EQ(toks, out.tokens) << "after prefix hits";
+  }
+  out.stats = engine.stats();
+  const auto after = runner->cache_usage();
+  EXPECT_EQ(after.size(), baseline.size());
+  for (size_t i = 0; i < after.size() && i < baseline.size(); ++i)
+    EXPECT_EQ(after[i].used_bytes, baseline[i].used_bytes) << after[i].kind;
+  return out;
+}
+
+using testing::greedy_params;
+using testing::ngram_config;
+
+class SpecDecodeFamilies : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SpecDecodeFamilies, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
+  const std::string model = GetParam();
+  const Out plain = run(model, {}, 2, greedy_params(24));
+  ASSERT_EQ(plain.tokens.size(), 2u);
+  for (int k = 1; k <= 7; ++k) {
+    const Out s = run(model, ngram_config(k), 2, greedy_params(24));
+    EXPECT_EQ(s.tokens, plain.tokens) << model << " k " << k;
+    EXPECT_GT(s.stats.spec_decode_num_draft_tokens, 0) << "no drafts proposed";
+    for (int j = 1; j <= k; j += (model == "stories260K" ? 1 : 3)) {
+      EXPECT_EQ(run(model, ngram_config(k, j), 2, greedy_params(24)).tokens, plain.tokens)
+          << model << " k " << k << " forced reject at " << j;
+    }
+  }
+}
+
+TEST_P(SpecDecodeFamilies, ConcurrentSeededAndPrefixHitsEqualPlain) {
+  const std::string model = GetParam();
+  GenerationParams g;
+  g.temperature = 0.8;
+  g.top_k = 20;
+  g.max_tokens = 20;
+  g.ignore_eos = true;
+  g.seed = 7;
+  const Out plain = run(model, {}, 8, g);
+  const Out spec = run(model, ngram_config(4), 8, g, 0, /*twice=*/true);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_GT(spec.stats.spec_decode_num_drafts, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SpecDecodeFamilies,
+                         ::testing::Values("stories260K", "deepseek-v41-tiny", "deepseek-v4flash-tiny"));
+
+// On the trained model, prompt lookup is accepted where the text repeats, and Llama rolls
+// back by cutting its KV (no recompute).
+TEST(SpecDecodeLlama, AcceptsOnRepetitionAndCutsBack) {
+  auto tok = load_tokenizer_from_dir(testing::model_dir("stories260K"));
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::vector<int32_t> prompt = {1};  // BOS
+  for (int32_t t : (*tok)->encode("Once upon a time, there was a little girl named Lily. Lily"))
+    prompt.push_back(t);
+  const Out plain = run("stories260K", {}, 1, greedy_params(120), 0, false, prompt);
+  const Out s = run("stories260K", ngram_config(5), 1, greedy_params(120), 0, false, prompt);
+  EXPECT_EQ(s.tokens, plain.tokens);
+  EXPECT_GT(s.stats.spec_decode_num_accepted_tokens, 0);
+  EXPECT_EQ(s.stats.spec_decode_rollback_recomputes, 0);
+  int64_t per_pos = 0;
+  for (int64_t v : s.stats.spec_decode_num_accepted_tokens_per_pos) per_pos += v;
+  EXPECT_EQ(per_pos, s.stats.spec_decode_num_accepted_tokens);
+}
+
+// A KV pool so small that requests are preempted: outputs still equal plain decoding.
+TEST(SpecDecodeLlama, TightPoolPreemptsAndStaysEqual) {
+  const Out plain = run("stories260K", {}, 6, greedy_params(40));
+  const Out s = run("stories260K", ngram_config(6, 2), 6, greedy_params(40), /*kv_tokens=*/192);
+  EXPECT_EQ(s.tokens, plain.tokens);
+  EXPECT_GT(s.stats.num_preemptions_total, 0);
+}
+
+}  // namespace
+}  // namespace strata
