@@ -1,9 +1,6 @@
-// JsonPrefix / JsonTokenMask (see json_constraint.h).
+// JsonPrefix (see json_constraint.h).
 #include "sched/json_constraint.h"
 
-#include <algorithm>
-#include <limits>
-#include <utility>
 
 namespace strata {
 namespace {
@@ -176,38 +173,6 @@ bool JsonPrefix::feed(char c) {
       return false;
   }
   return false;
-}
-
-JsonTokenMask::JsonTokenMask(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                             std::vector<int32_t> stop_ids)
-    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {}
-
-void JsonTokenMask::apply(std::span<float> logits) const {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const int64_t V = static_cast<int64_t>(logits.size());
-  const auto is_stop = [&](int64_t t) {
-    return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
-  };
-  if (state_.complete()) {
-    for (int64_t t = 0; t < V; ++t)
-      if (!is_stop(t)) logits[t] = ninf;
-    return;
-  }
-  std::vector<uint8_t> allowed(V, 0);
-  bool any = false;
-  for (int64_t t = 0; t < V; ++t) {
-    if (t >= static_cast<int64_t>(bytes_->size()) || (*bytes_)[t].empty() || is_stop(t)) continue;
-    JsonPrefix next = state_;
-    allowed[t] = next.feed((*bytes_)[t]);
-    any = any || allowed[t];
-  }
-  for (int64_t t = 0; t < V; ++t)
-    if (any ? !allowed[t] : !is_stop(t)) logits[t] = ninf;  // a dead end: only the stop ids
-}
-
-void JsonTokenMask::accept(int32_t token) {
-  if (token >= 0 && token < static_cast<int32_t>(bytes_->size()))
-    (void)state_.feed((*bytes_)[token]);
 }
 
 }  // namespace strata
