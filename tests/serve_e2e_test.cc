@@ -60,6 +60,19 @@ class ServeE2eTest : public ::testing::Test {
   }
   static int port() { return stack_->port(); }
 
+  // The text of a streamed /v1/completions request (its chunks' choices concatenated).
+  static std::string streamed_text(const json& body) {
+    auto st = http_post(port(), "/v1/completions", body.dump());
+    EXPECT_EQ(st.status, 200) << st.body;
+    EXPECT_TRUE(st.done) << st.body;
+    std::string streamed;
+    for (const std::string& d : st.data) {
+      const json chunk = json::parse(d);
+      for (const json& ch : chunk["choices"]) streamed += ch["text"].get<std::string>();
+    }
+    return streamed;
+  }
+
   // Polls /metrics until `pred(text)` holds (bounded: ~10 s).
   static std::string wait_metrics(const std::function<bool(const std::string&)>& pred) {
     std::string text;
@@ -547,15 +560,7 @@ TEST_F(ServeE2eTest, JsonObjectResponseFormat) {
       EXPECT_TRUE(p.feed(text)) << text;
     }
     b["stream"] = true;
-    auto st = http_post(port(), "/v1/completions", b.dump());
-    ASSERT_EQ(st.status, 200) << st.body;
-    ASSERT_TRUE(st.done) << st.body;
-    std::string streamed;
-    for (const std::string& d : st.data) {
-      const json chunk = json::parse(d);
-      for (const json& ch : chunk["choices"]) streamed += ch["text"].get<std::string>();
-    }
-    EXPECT_EQ(streamed, text);
+    EXPECT_EQ(streamed_text(b), text);
   }
   EXPECT_GT(complete, 0) << "no seed closed its object within 200 tokens";
   // With ignore_eos the request still ends where the object closes (no EOS text after it).
@@ -634,15 +639,7 @@ TEST_F(ServeE2eTest, JsonSchemaResponseFormat) {
       EXPECT_TRUE(st.feed(text));
     }
     b["stream"] = true;
-    auto st = http_post(port(), "/v1/completions", b.dump());
-    ASSERT_EQ(st.status, 200) << st.body;
-    ASSERT_TRUE(st.done) << st.body;
-    std::string streamed;
-    for (const std::string& d : st.data) {
-      const json chunk = json::parse(d);
-      for (const json& ch : chunk["choices"]) streamed += ch["text"].get<std::string>();
-    }
-    EXPECT_EQ(streamed, text);
+    EXPECT_EQ(streamed_text(b), text);
   }
   EXPECT_GT(complete, 0) << "no seed closed its object within 200 tokens";
   // Chat, with ignore_eos: the request still ends where the value does.

@@ -22,6 +22,14 @@
 
 namespace strata {
 
+// One byte of a JSON number (-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?, at most max_int_digits
+// integer and max_exp_digits exponent digits; integer_only: no fraction or exponent).
+// `state` starts at 0 (before the first byte) and `digits` at 0; kEnd: c is not part of the
+// number, which is complete (c belongs to what follows); kReject: c cannot come here.
+enum class NumberStep : uint8_t { kTake, kEnd, kReject };
+NumberStep json_number_step(uint8_t& state, uint8_t& digits, char c, bool integer_only,
+                            int max_int_digits, int max_exp_digits);
+
 class JsonPrefix {
  public:
   static constexpr int kMaxDepth = 32;
@@ -46,7 +54,6 @@ class JsonPrefix {
   };
   enum class Lex : uint8_t { kNone, kString, kEscape, kUnicode, kNumber, kLiteral };
   bool end_value();        // a value finished: what the container wants next
-  bool end_number(char c); // c ends a number: finish it, then take c
   Want want_ = Want::kValue;
   Lex lex_ = Lex::kNone;
   bool key_ = false;         // the string being lexed is an object key

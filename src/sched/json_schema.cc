@@ -25,11 +25,6 @@ int hex_value(char c) {
 bool is_escape(char c) {
   return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't';
 }
-// Number states (as JsonPrefix): 1 after '-', 2 after a leading 0, 3 in integer digits, 4
-// after '.', 5 in fraction digits, 6 after e/E, 7 after the exponent sign, 8 in exponent
-// digits. A number may end in states 2, 3, 5 and 8.
-bool number_can_end(uint8_t s) { return s == 2 || s == 3 || s == 5 || s == 8; }
-
 bool seen(const Frame& f, size_t i) { return (f.seen[i / 64] >> (i % 64)) & 1; }
 
 // The JSON Schema walk of one Path: JsonPrefix's grammar, with each value checked against
@@ -158,9 +153,8 @@ class Walk {
     if (c == '-' || is_digit(c)) {
       if (!(n.types & (JsonSchema::kNumber | JsonSchema::kInteger))) return false;
       p_.lex = Lex::kNumber;
-      p_.num_state = c == '-' ? 1 : c == '0' ? 2 : 3;
-      p_.num_digits = p_.num_state == 3 ? 1 : 0;
-      return true;
+      p_.num_state = p_.num_digits = 0;
+      return number_byte(c);
     }
     return false;
   }
@@ -184,46 +178,16 @@ class Walk {
     return feed(c);
   }
 
-  bool integer_only() const {
-    const uint8_t t = node(p_.lex_node).types;
-    return !(t & JsonSchema::kNumber);
-  }
-
-  bool end_number(char c) {
-    if (!number_can_end(p_.num_state)) return false;
+  bool number_byte(char c) {
+    const bool integer_only = !(node(p_.lex_node).types & JsonSchema::kNumber);
+    switch (json_number_step(p_.num_state, p_.num_digits, c, integer_only,
+                             JsonSchemaState::kMaxIntDigits, JsonSchemaState::kMaxExpDigits)) {
+      case NumberStep::kTake: return true;
+      case NumberStep::kReject: return false;
+      case NumberStep::kEnd: break;
+    }
     end_value();
     return feed(c);
-  }
-
-  bool number_byte(char c) {
-    const bool frac_ok = !integer_only();
-    const bool dot = c == '.' && frac_ok, exp = (c == 'e' || c == 'E') && frac_ok;
-    uint8_t& st = p_.num_state;
-    switch (st) {
-      case 1: if (c == '0') { st = 2; return true; }
-              if (is_digit(c)) { st = 3; p_.num_digits = 1; return true; }
-              return false;
-      case 2: if (dot) { st = 4; return true; }
-              if (exp) { st = 6; return true; }
-              return end_number(c);
-      case 3: if (is_digit(c)) return ++p_.num_digits <= JsonSchemaState::kMaxIntDigits;
-              if (dot) { st = 4; return true; }
-              if (exp) { st = 6; return true; }
-              return end_number(c);
-      case 4: if (is_digit(c)) { st = 5; return true; }
-              return false;
-      case 5: if (is_digit(c)) return true;
-              if (exp) { st = 6; return true; }
-              return end_number(c);
-      case 6: if (c == '+' || c == '-') { st = 7; return true; }
-              if (is_digit(c)) { st = 8; p_.num_digits = 1; return true; }
-              return false;
-      case 7: if (is_digit(c)) { st = 8; p_.num_digits = 1; return true; }
-              return false;
-      case 8: if (is_digit(c)) return ++p_.num_digits <= JsonSchemaState::kMaxExpDigits;
-              return end_number(c);
-      default: return false;
-    }
   }
 
   // A byte of a key also extends p_.text, which must stay the prefix of an allowed key.

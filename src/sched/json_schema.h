@@ -56,6 +56,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "sched/json_constraint.h"
 
 namespace strata {
 
@@ -103,10 +104,11 @@ class JsonSchema {
 
 class JsonSchemaState {
  public:
-  static constexpr int kMaxDepth = 32;
-  static constexpr int kMaxSpaces = 2;
-  static constexpr int kMaxIntDigits = 20;
-  static constexpr int kMaxExpDigits = 2;
+  // JsonPrefix's bounds.
+  static constexpr int kMaxDepth = JsonPrefix::kMaxDepth;
+  static constexpr int kMaxSpaces = JsonPrefix::kMaxSpaces;
+  static constexpr int kMaxIntDigits = JsonPrefix::kMaxIntDigits;
+  static constexpr int kMaxExpDigits = JsonPrefix::kMaxExpDigits;
 
   JsonSchemaState() = default;  // no schema: feed() refuses everything
   explicit JsonSchemaState(std::shared_ptr<const JsonSchema> schema);
