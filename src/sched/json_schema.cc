@@ -123,6 +123,8 @@ class Walk {
 
   bool start_value(char c) {
     const Node& n = node(p_.pending);
+    // A top-level number could never be seen to end: the top level takes the other kinds.
+    if (p_.stack.empty() && (c == '-' || is_digit(c))) return false;
     p_.lex_node = p_.pending;
     if (n.is_enum || c == 't' || c == 'f' || c == 'n') {
       p_.lex = Lex::kLiteral;

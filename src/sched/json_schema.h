@@ -37,8 +37,8 @@
 // Every other keyword (pattern, format, minimum, allOf, not, prefixItems, uniqueItems,
 // patternProperties, ...) is refused: InvalidArgument naming the keyword and its JSON
 // pointer, never output that could violate it. Also refused: the schema `false`, an empty
-// enum, min > max, and a top-level value that may be a number (a number has no last byte a
-// decoder could see).
+// enum, min > max, and a top-level value that can only be a number (a number has no last
+// byte a decoder could see; where the top level may be something else, it is that).
 //
 // Limits: a schema whose every instance nests deeper than kMaxDepth (e.g. a required
 // recursive property) leads to a dead end (the token mask then allows only the stop ids).

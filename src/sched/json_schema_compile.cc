@@ -69,9 +69,9 @@ class JsonSchemaCompiler {
       }
     }
     std::set<int32_t> visiting;
-    if (kinds(out_->root_, visiting) & kKindNumber)
-      return invalid_argument("the top-level value may be a number, which has no last byte a "
-                              "decoder can see: wrap it in an object or an array");
+    if (kinds(out_->root_, visiting) == kKindNumber)
+      return invalid_argument("the top-level value can only be a number, which has no last byte "
+                              "a decoder can see: wrap it in an object or an array");
     return std::shared_ptr<const JsonSchema>(std::move(out_));
   }
 

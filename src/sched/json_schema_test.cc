@@ -147,6 +147,19 @@ TEST(JsonSchemaTest, AdditionalProperties) {
   expect_valid(any, R"({"x":{"y":[1,2.5,"z",null,{}]}})");
 }
 
+// A top level that may be a number or something else takes the something else only.
+TEST(JsonSchemaTest, TopLevelNumbersAreLeftOut) {
+  auto any = compile_ok(json::parse("{}"));
+  EXPECT_EQ(refused_at(any, "1"), 0);
+  EXPECT_EQ(refused_at(any, "-1"), 0);
+  expect_valid(any, R"("x")");
+  expect_valid(any, "[1,2]");
+  expect_valid(any, "null");
+  auto e = compile_ok(json::parse(R"({"enum": [1, "one"]})"));
+  EXPECT_EQ(refused_at(e, "1"), 0);
+  expect_valid(e, R"("one")");
+}
+
 TEST(JsonSchemaTest, RecursiveRefAndOneOf) {
   auto tree = compile_ok(json::parse(R"({"$ref": "#/$defs/Node", "$defs": {"Node": {"type": "object",
       "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
@@ -182,9 +195,9 @@ TEST(JsonSchemaTest, RefusesWhatItDoesNotImplement) {
            {R"({"type": "object", "properties": {"e": {"type": "integer", "enum": ["a"]}}})", "allows no value"},
            {R"({"type": "string", "minLength": 3, "maxLength": 2})", "minLength > maxLength"},
            {R"({"type": "object", "properties": {}, "required": ["x"]})", "required property \"x\""},
-           {R"({"type": "integer"})", "top-level value may be a number"},
-           {R"({"enum": [1, 2]})", "top-level value may be a number"},
-           {R"({})", "top-level value may be a number"},
+           {R"({"type": "integer"})", "top-level value can only be a number"},
+           {R"({"enum": [1, 2]})", "top-level value can only be a number"},
+           {R"({"anyOf": [{"type": "number"}, {"enum": [-1]}]})", "top-level value can only be a number"},
            {R"({"type": "object", "properties": {"x": {"oneOf": [{"type": "string"}, {"enum": ["a"]}]}}})", "oneOf at #/properties/x"},
            {R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/Nope"}}})", "does not resolve"},
            {R"({"type": "object", "properties": {"x": {"$ref": "http://x/y"}}})", "local JSON pointer"},

@@ -159,7 +159,7 @@ TEST(OpenAiApiTest, ResponseFormatJsonSchema) {
             "unsupported JSON Schema keyword 'format' at #/properties/d"},
            {R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"p": {"type": "string", "pattern": "a+"}}}}})",
             "'pattern' at #/properties/p"},
-           {R"({"type": "json_schema", "json_schema": {"schema": {"type": "number"}}})", "top-level value may be a number"},
+           {R"({"type": "json_schema", "json_schema": {"schema": {"type": "number"}}})", "top-level value can only be a number"},
            {R"({"type": "grammar"})", "'grammar' is not supported"},
        }) {
     const std::string body = std::string(R"({"prompt": "x", "response_format": )") + c.format + "}";
