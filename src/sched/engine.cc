@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "sched/json_constraint.h"
+#include "sched/json_schema.h"
 #include "sched/request_sampler.h"
 #include "sched/stop_checker.h"
 #include "state/handoff.h"
@@ -232,11 +234,12 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(std::vector<int32_t> pro
         info.max_context, prompt.size());
   }
   if (params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
-  if (params.json_object && tokenizer_ == nullptr)
-    return invalid_argument("response_format json_object needs a model with a tokenizer");
-  if (params.json_object && info.eos_id < 0 && params.stop_token_ids.empty())
-    return invalid_argument("response_format json_object needs an EOS token or stop_token_ids "
-                            "to end the object");
+  const char* json_format = params.json_schema ? "json_schema" : params.json_object ? "json_object" : nullptr;
+  if (json_format != nullptr && tokenizer_ == nullptr)
+    return invalid_argument("response_format {} needs a model with a tokenizer", json_format);
+  if (json_format != nullptr && info.eos_id < 0 && params.stop_token_ids.empty())
+    return invalid_argument("response_format {} needs an EOS token or stop_token_ids "
+                            "to end the value", json_format);
   if (params.min_tokens < 0 || params.min_tokens > params.max_tokens)
     return invalid_argument("min_tokens must be in [0, max_tokens = {}], got {}", params.max_tokens,
                             params.min_tokens);
@@ -374,10 +377,14 @@ bool Engine::iterate() {
         if (t >= 0) stop_ids.push_back(t);
     a->sampler = std::make_unique<RequestSampler>(a->params, splitmix64(options_.seed ^ splitmix64(in.id)),
                                                   in.prompt, std::move(stop_ids));
-    if (a->params.json_object) {
-      std::vector<int32_t> ends = a->params.stop_token_ids;  // what may follow the object
+    if (a->params.json_object || a->params.json_schema) {
+      std::vector<int32_t> ends = a->params.stop_token_ids;  // what may follow the value
       if (info.eos_id >= 0) ends.push_back(info.eos_id);
-      a->sampler->set_json_constraint(std::make_unique<JsonTokenMask>(json_token_bytes(), std::move(ends)));
+      if (a->params.json_schema)
+        a->sampler->set_json_constraint(std::make_unique<ByteTokenMask<JsonSchemaState>>(
+            json_token_bytes(), std::move(ends), JsonSchemaState(a->params.json_schema)));
+      else
+        a->sampler->set_json_constraint(std::make_unique<JsonTokenMask>(json_token_bytes(), std::move(ends)));
     }
     a->stop = std::make_unique<StopChecker>(a->params.stop);
     a->prompt_tokens = static_cast<int64_t>(in.prompt.size());
@@ -598,7 +605,7 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob,
     if (logprob != nullptr) e.logprobs.push_back(*logprob);
     e.text = a.stop->push(decode_piece(a, token));
     if (a.stop->matched()) reason = FinishReason::kStop;
-    // response_format json_object: the answer is the object; nothing may follow it.
+    // response_format json_object / json_schema: the answer is the value; nothing may follow it.
     if (a.sampler->json_complete()) reason = FinishReason::kStop;
   }
   if (reason == FinishReason::kNone && a.generated >= a.max_new_tokens) {

@@ -1,9 +1,6 @@
-// JsonPrefix / JsonTokenMask (see json_constraint.h).
+// JsonPrefix (see json_constraint.h).
 #include "sched/json_constraint.h"
 
-#include <algorithm>
-#include <limits>
-#include <utility>
 
 namespace strata {
 namespace {
@@ -12,10 +9,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_hex(char c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
-// Number states: 1 after '-', 2 after a leading 0, 3 in integer digits, 4 after '.',
-// 5 in fraction digits, 6 after e/E, 7 after the exponent sign, 8 in exponent digits.
-// A number may end in states 2, 3, 5 and 8.
-bool number_can_end(uint8_t s) { return s == 2 || s == 3 || s == 5 || s == 8; }
 }  // namespace
 
 bool JsonPrefix::end_value() {
@@ -27,11 +20,39 @@ bool JsonPrefix::end_value() {
   return true;
 }
 
-bool JsonPrefix::end_number(char c) {
-  if (!number_can_end(num_state_)) return false;
-  lex_ = Lex::kNone;
-  if (!end_value()) return false;
-  return feed(c);
+// Number states: 1 after '-', 2 after a leading 0, 3 in integer digits, 4 after '.', 5 in
+// fraction digits, 6 after e/E, 7 after the exponent sign, 8 in exponent digits. A number may
+// end in states 2, 3, 5 and 8.
+NumberStep json_number_step(uint8_t& st, uint8_t& digits, char c, bool integer_only,
+                            int max_int_digits, int max_exp_digits) {
+  using enum NumberStep;
+  const bool dot = c == '.' && !integer_only, exp = (c == 'e' || c == 'E') && !integer_only;
+  const bool can_end = st == 2 || st == 3 || st == 5 || st == 8;
+  auto to = [&](uint8_t s) { st = s; return kTake; };
+  switch (st) {
+    case 0: if (c == '-') return to(1);
+            [[fallthrough]];
+    case 1: if (c == '0') return to(2);
+            if (!is_digit(c)) return kReject;
+            digits = 1;
+            return to(3);
+    case 3: if (is_digit(c)) return ++digits <= max_int_digits ? kTake : kReject;
+            [[fallthrough]];
+    case 2: if (dot) return to(4);
+            [[fallthrough]];
+    case 5: if (exp) return to(6);
+            if (st == 5 && is_digit(c)) return kTake;
+            return can_end ? kEnd : kReject;
+    case 4: return is_digit(c) ? to(5) : kReject;
+    case 6: if (c == '+' || c == '-') return to(7);
+            [[fallthrough]];
+    case 7: if (!is_digit(c)) return kReject;
+            digits = 1;
+            return to(8);
+    case 8: if (is_digit(c)) return ++digits <= max_exp_digits ? kTake : kReject;
+            return kEnd;
+    default: return kReject;
+  }
 }
 
 bool JsonPrefix::feed(std::string_view s) {
@@ -76,31 +97,13 @@ bool JsonPrefix::feed(char c) {
       }
       return true;
     case Lex::kNumber:
-      switch (num_state_) {
-        case 1: if (c == '0') { num_state_ = 2; return true; }
-                if (is_digit(c)) { num_state_ = 3; num_digits_ = 1; return true; }
-                return false;
-        case 2: if (c == '.') { num_state_ = 4; return true; }
-                if (c == 'e' || c == 'E') { num_state_ = 6; return true; }
-                return end_number(c);
-        case 3: if (is_digit(c)) return ++num_digits_ <= kMaxIntDigits;
-                if (c == '.') { num_state_ = 4; return true; }
-                if (c == 'e' || c == 'E') { num_state_ = 6; return true; }
-                return end_number(c);
-        case 4: if (is_digit(c)) { num_state_ = 5; return true; }
-                return false;
-        case 5: if (is_digit(c)) return true;
-                if (c == 'e' || c == 'E') { num_state_ = 6; return true; }
-                return end_number(c);
-        case 6: if (c == '+' || c == '-') { num_state_ = 7; return true; }
-                if (is_digit(c)) { num_state_ = 8; num_digits_ = 1; return true; }
-                return false;
-        case 7: if (is_digit(c)) { num_state_ = 8; num_digits_ = 1; return true; }
-                return false;
-        case 8: if (is_digit(c)) return ++num_digits_ <= kMaxExpDigits;
-                return end_number(c);
-        default: return false;
+      switch (json_number_step(num_state_, num_digits_, c, false, kMaxIntDigits, kMaxExpDigits)) {
+        case NumberStep::kTake: return true;
+        case NumberStep::kReject: return false;
+        case NumberStep::kEnd: break;
       }
+      lex_ = Lex::kNone;
+      return end_value() && feed(c);
     case Lex::kNone:
       break;
   }
@@ -163,9 +166,9 @@ bool JsonPrefix::feed(char c) {
       }
       if (c == '-' || is_digit(c)) {
         lex_ = Lex::kNumber;
-        num_state_ = c == '-' ? 1 : c == '0' ? 2 : 3;
-        num_digits_ = num_state_ == 3 ? 1 : 0;
-        return true;
+        num_state_ = num_digits_ = 0;
+        return json_number_step(num_state_, num_digits_, c, false, kMaxIntDigits, kMaxExpDigits) ==
+               NumberStep::kTake;
       }
       if (c == 't' || c == 'f' || c == 'n') {
         literal_ = c == 't' ? "true" : c == 'f' ? "false" : "null";
@@ -176,38 +179,6 @@ bool JsonPrefix::feed(char c) {
       return false;
   }
   return false;
-}
-
-JsonTokenMask::JsonTokenMask(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                             std::vector<int32_t> stop_ids)
-    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {}
-
-void JsonTokenMask::apply(std::span<float> logits) const {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const int64_t V = static_cast<int64_t>(logits.size());
-  const auto is_stop = [&](int64_t t) {
-    return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
-  };
-  if (state_.complete()) {
-    for (int64_t t = 0; t < V; ++t)
-      if (!is_stop(t)) logits[t] = ninf;
-    return;
-  }
-  std::vector<uint8_t> allowed(V, 0);
-  bool any = false;
-  for (int64_t t = 0; t < V; ++t) {
-    if (t >= static_cast<int64_t>(bytes_->size()) || (*bytes_)[t].empty() || is_stop(t)) continue;
-    JsonPrefix next = state_;
-    allowed[t] = next.feed((*bytes_)[t]);
-    any = any || allowed[t];
-  }
-  for (int64_t t = 0; t < V; ++t)
-    if (any ? !allowed[t] : !is_stop(t)) logits[t] = ninf;  // a dead end: only the stop ids
-}
-
-void JsonTokenMask::accept(int32_t token) {
-  if (token >= 0 && token < static_cast<int32_t>(bytes_->size()))
-    (void)state_.feed((*bytes_)[token]);
 }
 
 }  // namespace strata

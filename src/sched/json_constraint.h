@@ -9,18 +9,26 @@
 // nesting depth <= kMaxDepth, at most kMaxSpaces consecutive whitespace bytes and none
 // before the object (a model left free to emit whitespace can spend its whole budget on it).
 //
-// JsonTokenMask: the allowed next tokens of a request, given every token's bytes.
+// JsonTokenMask: the allowed next tokens of a request, given every token's bytes
+// (ByteTokenMask over JsonPrefix, sched/token_mask.h).
 // Thread safety: values; one request's sampler uses its own instance.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "sched/token_mask.h"
 
 namespace strata {
+
+// One byte of a JSON number (-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?, at most max_int_digits
+// integer and max_exp_digits exponent digits; integer_only: no fraction or exponent).
+// `state` starts at 0 (before the first byte) and `digits` at 0; kEnd: c is not part of the
+// number, which is complete (c belongs to what follows); kReject: c cannot come here.
+enum class NumberStep : uint8_t { kTake, kEnd, kReject };
+NumberStep json_number_step(uint8_t& state, uint8_t& digits, char c, bool integer_only,
+                            int max_int_digits, int max_exp_digits);
 
 class JsonPrefix {
  public:
@@ -46,7 +54,6 @@ class JsonPrefix {
   };
   enum class Lex : uint8_t { kNone, kString, kEscape, kUnicode, kNumber, kLiteral };
   bool end_value();        // a value finished: what the container wants next
-  bool end_number(char c); // c ends a number: finish it, then take c
   Want want_ = Want::kValue;
   Lex lex_ = Lex::kNone;
   bool key_ = false;         // the string being lexed is an object key
@@ -62,24 +69,8 @@ class JsonPrefix {
   std::string stack_;        // '{' / '[' per open container
 };
 
-// Allowed-token masks over a vocabulary: token_bytes[i] is what token i adds to the text
-// (empty for special tokens, which are never allowed inside the JSON). stop_ids may be
-// sampled only once the object is complete, and then only they may.
-class JsonTokenMask {
- public:
-  JsonTokenMask(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                std::vector<int32_t> stop_ids);
-  // Sets logits[t] = -inf for every token t that may not come next. When no token may (a
-  // dead end), the stop ids stay allowed so the request can end.
-  void apply(std::span<float> logits) const;
-  // Advances the state by the sampled token.
-  void accept(int32_t token);
-  bool complete() const { return state_.complete(); }
-
- private:
-  std::shared_ptr<const std::vector<std::string>> bytes_;
-  std::vector<int32_t> stop_ids_;
-  JsonPrefix state_;
-};
+// Allowed-token masks over a vocabulary (token_mask.h): the object may close, then only the
+// stop ids may follow.
+using JsonTokenMask = ByteTokenMask<JsonPrefix>;
 
 }  // namespace strata

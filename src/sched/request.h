@@ -22,6 +22,7 @@ namespace strata {
 
 using RequestId = int64_t;
 struct HandoffState;  // state/handoff.h
+class JsonSchema;    // sched/json_schema.h
 
 struct GenerationParams {
   int64_t max_tokens = 16;           // generated tokens at most (>= 1)
@@ -43,6 +44,10 @@ struct GenerationParams {
   // token keeps the text a prefix of a JSON object (sched/json_constraint.h), and once the
   // object closes only EOS (or a stop_token_id) may follow. Needs a tokenizer.
   bool json_object = false;
+  // OpenAI's response_format {"type": "json_schema"}: the same, with the text kept the
+  // prefix of a JSON value valid under this compiled schema (sched/json_schema.h); the
+  // request ends where the value does. Takes precedence over json_object.
+  std::shared_ptr<const JsonSchema> json_schema;
   // Log-probabilities: -1 = none; k >= 0 = logprob of each chosen token plus the top k
   // alternatives, from the model's raw distribution (log_softmax of the logits).
   int32_t logprobs = -1;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "exec/sampler.h"
-#include "sched/json_constraint.h"
+#include "sched/token_mask.h"
 #include "sched/request.h"
 
 namespace strata {
@@ -36,9 +36,10 @@ class RequestSampler {
   // is set), samples, and records the sampled token for the penalties of later steps.
   // Logprobs are those of the unprocessed logits.
   SampleResult sample(std::span<const float> logits);
-  // Constrained decoding (params.json_object): every later sample() keeps to `mask`.
-  void set_json_constraint(std::unique_ptr<JsonTokenMask> mask) { json_ = std::move(mask); }
-  // The constrained JSON object has closed (the request ends there, whatever ignore_eos says).
+  // Constrained decoding (params.json_object / json_schema): every later sample() keeps to
+  // `mask`.
+  void set_json_constraint(std::unique_ptr<TokenConstraint> mask) { json_ = std::move(mask); }
+  // The constrained JSON value has closed (the request ends there, whatever ignore_eos says).
   bool json_complete() const { return json_ && json_->complete(); }
 
  private:
@@ -51,7 +52,7 @@ class RequestSampler {
   int64_t min_tokens_ = 0;
   std::vector<int32_t> stop_ids_;   // masked while fewer than min_tokens_ were sampled
   int64_t sampled_ = 0;
-  std::unique_ptr<JsonTokenMask> json_;
+  std::unique_ptr<TokenConstraint> json_;
   std::vector<int32_t> out_count_;  // occurrences among generated tokens, by id (grown lazily)
   std::vector<uint8_t> seen_;       // prompt or output contains the id (repetition penalty)
   std::vector<float> work_;         // processed logits

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sched/json_schema.h"
+
 namespace strata {
 
 using json = nlohmann::json;
@@ -196,6 +198,27 @@ Status parse_tools(const json& body, ParsedRequest* r) {
   return ok_status();
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name": ..., "schema": {...},
+// "strict": ...}}: the schema is compiled once here (sched/json_schema.h documents the
+// subset); `strict` is accepted either way (the output always keeps to the schema).
+Status parse_json_schema(const json& f, ParsedRequest* r) {
+  if (!given(f, "json_schema") || !f["json_schema"].is_object())
+    return wrong_type("response_format.json_schema", "an object with a 'schema'");
+  const json& js = f["json_schema"];
+  if (given(js, "name") && !js["name"].is_string())
+    return wrong_type("response_format.json_schema.name", "a string");
+  if (given(js, "strict") && !js["strict"].is_boolean())
+    return wrong_type("response_format.json_schema.strict", "a boolean");
+  if (!given(js, "schema")) return invalid_argument("'response_format.json_schema.schema' is required");
+  if (!js["schema"].is_object())
+    return wrong_type("response_format.json_schema.schema", "a JSON Schema object");
+  auto schema = JsonSchema::compile(js["schema"]);
+  if (!schema.ok())
+    return invalid_argument("response_format.json_schema.schema: {}", schema.status().message());
+  r->params.json_schema = std::move(schema).value();
+  return ok_status();
+}
+
 Status check_fields(const json& body, ParsedRequest* r) {
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
@@ -212,9 +235,11 @@ Status check_fields(const json& body, ParsedRequest* r) {
       return wrong_type("response_format", "an object with a string 'type'");
     if (f["type"] == "json_object") {
       r->params.json_object = true;
+    } else if (f["type"] == "json_schema") {
+      STRATA_RETURN_IF_ERROR(parse_json_schema(f, r));
     } else if (f["type"] != "text") {
-      return invalid_argument("response_format type '{}' is not supported (only 'text' and "
-                              "'json_object')", f["type"].get<std::string>());
+      return invalid_argument("response_format type '{}' is not supported (only 'text', "
+                              "'json_object' and 'json_schema')", f["type"].get<std::string>());
     }
   }
   return ok_status();

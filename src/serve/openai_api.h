@@ -3,8 +3,10 @@
 //
 // Parsing rules (OpenAI-compatible): unknown fields are ignored and listed in
 // ParsedRequest::ignored_fields (the server logs them, as vLLM does); OpenAI fields Strata
-// does not implement (functions, tool_choice other than "auto"/"none", response_format other than "text" and
-// "json_object" (constrained decoding, GenerationParams::json_object),
+// does not implement (functions, tool_choice other than "auto"/"none", response_format other than "text",
+// "json_object" (constrained decoding, GenerationParams::json_object) and "json_schema"
+// (GenerationParams::json_schema; a schema outside sched/json_schema.h's subset is an
+// InvalidArgument naming the keyword and its JSON pointer),
 // suffix, echo, ...) are an InvalidArgument naming the field; a known field with the
 // wrong JSON type, max_tokens <= 0, n outside [1, 64] or prompts x n past 64, or malformed JSON is an
 // InvalidArgument naming the field; null means "not given". Supported extras (as vLLM):

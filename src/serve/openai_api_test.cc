@@ -118,7 +118,7 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
       R"({"prompt": "x", "min_tokens": "3"})",
       R"({"prompt": "x", "tools": [{"type": "function"}]})",   // unsupported, not ignored
       R"({"prompt": "x", "tool_choice": "auto"})",
-      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",  // no schema
       R"({"prompt": "x", "response_format": "json"})",
       R"({"prompt": "x", "suffix": "end"})",
       R"({"prompt": "x", "prompt_logprobs": 1})",
@@ -128,6 +128,45 @@ TEST(OpenAiApiTest, RejectsBadInputsWithInvalidArgument) {
     ASSERT_FALSE(r.ok()) << b;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b;
     EXPECT_EQ(api_error_for(r.status()).http_status, 400);
+  }
+}
+
+// response_format json_schema: the schema is compiled into GenerationParams::json_schema;
+// a malformed wrapper or a schema outside the supported subset is a 400 saying what.
+TEST(OpenAiApiTest, ResponseFormatJsonSchema) {
+  auto r = parse_openai_request(ApiEndpoint::kChat, R"({
+    "messages": [{"role": "user", "content": "hi"}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "person", "strict": true,
+      "schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+                 "additionalProperties": false}}}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_NE(r->params.json_schema, nullptr);
+  EXPECT_FALSE(r->params.json_object);
+  // name and strict are optional here.
+  r = parse_openai_request(ApiEndpoint::kCompletions,
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array"}}}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_NE(r->params.json_schema, nullptr);
+  struct Case { const char* format; const char* needle; };
+  for (const Case& c : std::vector<Case>{
+           {R"({"type": "json_schema"})", "'response_format.json_schema' must be an object"},
+           {R"({"type": "json_schema", "json_schema": []})", "'response_format.json_schema' must be an object"},
+           {R"({"type": "json_schema", "json_schema": {"name": "n"}})", "'response_format.json_schema.schema' is required"},
+           {R"({"type": "json_schema", "json_schema": {"schema": "object"}})", "must be a JSON Schema object"},
+           {R"({"type": "json_schema", "json_schema": {"name": 3, "schema": {}}})", "json_schema.name' must be a string"},
+           {R"({"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}})", "json_schema.strict' must be a boolean"},
+           {R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}})",
+            "unsupported JSON Schema keyword 'format' at #/properties/d"},
+           {R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"p": {"type": "string", "pattern": "a+"}}}}})",
+            "'pattern' at #/properties/p"},
+           {R"({"type": "json_schema", "json_schema": {"schema": {"type": "number"}}})", "top-level value can only be a number"},
+           {R"({"type": "grammar"})", "'grammar' is not supported"},
+       }) {
+    const std::string body = std::string(R"({"prompt": "x", "response_format": )") + c.format + "}";
+    auto bad = parse_openai_request(ApiEndpoint::kCompletions, body);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_EQ(api_error_for(bad.status()).http_status, 400) << body;
+    EXPECT_NE(bad.status().message().find(c.needle), std::string::npos) << bad.status().message();
   }
 }
 
