@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,6 +23,8 @@
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
 #include "model/llama2c_format.h"
+#include "model/tokenizer.h"
+#include "tools/bench_spec.h"
 #include "tools/command_registry.h"
 
 namespace strata::tools {
@@ -35,6 +39,8 @@ struct BenchModelCli {
   int64_t bw_mib = 1024;
   bool json = false;
   bool breakdown = false;
+  std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
+  std::string prompt_file;         // text prompt (tokenized) instead of random ids
 };
 
 using Clock = std::chrono::steady_clock;
@@ -81,6 +87,27 @@ int run_bench_model(BenchModelCli& o) {
     return 2;
   }
 
+  StatusOr<SpeculativeConfig> spec = parse_speculative_config(o.speculative_config);
+  if (!spec.ok()) {
+    fmt::print(stderr, "strata bench model: {}\n", spec.status().message());
+    return 2;
+  }
+  std::vector<int32_t> file_prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream f(o.prompt_file, std::ios::binary);
+    auto tok = load_tokenizer_from_dir(o.model);
+    if (!f || !tok.ok()) {
+      fmt::print(stderr, "strata bench model: --prompt-file needs a readable file and a model "
+                         "with a tokenizer\n");
+      return 2;
+    }
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (info.bos_id >= 0) file_prompt.push_back(info.bos_id);
+    for (int32_t t : (*tok)->encode(text)) file_prompt.push_back(t);
+    if (static_cast<int64_t>(file_prompt.size()) > o.prompt_tokens) file_prompt.resize(o.prompt_tokens);
+    o.prompt_tokens = static_cast<int64_t>(file_prompt.size());
+  }
+
   // 1. Read bandwidth with the same thread count, measured before and again after the runs
   // (step 3): on a shared machine one reading can land in a slow moment, which would inflate
   // the fraction; the roofline uses the higher reading.
@@ -92,6 +119,7 @@ int run_bench_model(BenchModelCli& o) {
   std::vector<int32_t> prompt(o.prompt_tokens);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % info.vocab_size);
   if (info.bos_id >= 0) prompt[0] = info.bos_id;
+  if (!file_prompt.empty()) prompt = file_prompt;
   std::vector<double> prefill_s, decode_s;
   double decode_cpu = 0, decode_wall = 0;
   std::vector<float> logits;
@@ -140,6 +168,16 @@ int run_bench_model(BenchModelCli& o) {
   }
   std::sort(prefill_s.begin(), prefill_s.end());
   std::sort(decode_s.begin(), decode_s.end());
+  std::optional<SpecBenchResult> sb;
+  if (spec->enabled()) {
+    fmt::print(stderr, "[bench model] speculative: {} runs each way through the engine\n", o.repeats);
+    StatusOr<SpecBenchResult> r = bench_speculative(runner, prompt, o.decode_tokens, o.repeats, *spec);
+    if (!r.ok()) {
+      fmt::print(stderr, "strata bench model: {}\n", r.status().to_string());
+      return 1;
+    }
+    sb = *r;
+  }
   const double prefill_tps = o.prompt_tokens / prefill_s[prefill_s.size() / 2];
   const double decode_tps = o.decode_tokens / decode_s[decode_s.size() / 2];
 
@@ -184,6 +222,14 @@ int run_bench_model(BenchModelCli& o) {
                         {"anon_memory_mib", mem.anon_kib / 1024.0},
                         {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
                         {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
+    if (sb)
+      j["speculative"] = {{"config", o.speculative_config},
+                          {"plain_decode_tok_s", sb->plain_tok_s},
+                          {"spec_decode_tok_s", sb->spec_tok_s},
+                          {"speedup", sb->plain_tok_s > 0 ? sb->spec_tok_s / sb->plain_tok_s : 0},
+                          {"mean_acceptance_length", sb->mean_acceptance_length},
+                          {"draft_acceptance_rate", sb->draft_acceptance_rate},
+                          {"outputs_equal", sb->outputs_equal}};
     if (o.breakdown) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& ph : phases)
@@ -226,6 +272,14 @@ int run_bench_model(BenchModelCli& o) {
       fmt::print("               (above 100%: the {:.2f} MB a token reads fit in this CPU's "
                  "caches, so decode is not bound by the DRAM bandwidth the probe measures)\n",
                  bytes_per_token / 1e6);
+    if (sb)
+      fmt::print("speculative    {:.1f} vs {:.1f} tok/s without (x{:.2f}, engine, greedy, same "
+                 "prompt); mean acceptance length {:.2f}, {:.0f}% of {} drafts accepted; outputs "
+                 "{}\n",
+                 sb->spec_tok_s, sb->plain_tok_s,
+                 sb->plain_tok_s > 0 ? sb->spec_tok_s / sb->plain_tok_s : 0.0,
+                 sb->mean_acceptance_length, 100.0 * sb->draft_acceptance_rate, sb->draft_tokens,
+                 sb->outputs_equal ? "identical" : "DIFFER");
     if (o.breakdown) {
       fmt::print("decode phases  per token over {} x {} tokens, wall time on the calling thread "
                  "(a phase's pool dispatch included)\n",
@@ -276,6 +330,12 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str()
         ->check(positive());
     cmd->add_flag("--json", o->json, "Print JSON");
+    cmd->add_option("--speculative-config", o->speculative_config,
+                    "Also decode through the engine with and without speculative decoding "
+                    "(vLLM JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}') "
+                    "and report the speed ratio and acceptance");
+    cmd->add_option("--prompt-file", o->prompt_file,
+                    "Prompt text (tokenized; cut to --prompt-tokens) instead of random ids");
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
