@@ -249,7 +249,15 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
+void SafetensorsFile::release_resident_pages() const {
+  if (map_) ::madvise(map_, map_bytes_, MADV_DONTNEED);
+}
+
 // ---------------------------------------------------------------- SafetensorsCheckpoint
+
+void SafetensorsCheckpoint::release_resident_pages() const {
+  for (const auto& f : files_) f->release_resident_pages();
+}
 
 StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(
     const std::string& dir, bool progress) {

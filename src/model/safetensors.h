@@ -65,6 +65,11 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Drops this process's resident pages of the mapping (madvise MADV_DONTNEED on a
+  // read-only private file mapping): views stay valid, a later read faults its page back in
+  // from the page cache. For loaders that have copied (packed) what they use on the hot
+  // path, so the file's pages stop counting twice in the resident set.
+  void release_resident_pages() const;
 
  private:
   SafetensorsFile() = default;
@@ -99,6 +104,8 @@ class SafetensorsCheckpoint {
   Status check_finite(const TensorView& t) const;
   std::vector<std::string> names() const;
   const std::string& dir() const { return dir_; }
+  // SafetensorsFile::release_resident_pages for every file.
+  void release_resident_pages() const;
 
  private:
   std::string dir_;

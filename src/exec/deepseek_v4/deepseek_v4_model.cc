@@ -38,7 +38,12 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
   if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
-  if (!scalar_reference) m->weights_->pack_for_kernels(m->pool_.get());
+  if (!scalar_reference) {
+    m->weights_->pack_for_kernels(m->pool_.get());
+    // The packed copies are what the kernels read: the file's pages (faulted in by the
+    // checks and the packing) need not stay resident too (issue 29 goal 4).
+    m->checkpoint_->release_resident_pages();
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerSchedule& ls = c.layers[l];
     m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,

@@ -137,7 +137,12 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
   if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
-  if (!options.scalar_reference) m->weights_->pack_for_kernels(m->pool_.get());
+  if (!options.scalar_reference) {
+    m->weights_->pack_for_kernels(m->pool_.get());
+    // The packed copies are what the kernels read: the file's pages (faulted in by the
+    // checks and the packing) need not stay resident too (issue 29 goal 4).
+    m->checkpoint_->release_resident_pages();
+  }
 
   if (!c.engram_layer_ids.empty()) {
     std::vector<int64_t> map = options.engram_token_map;
