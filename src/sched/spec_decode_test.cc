@@ -191,3 +191,43 @@ TEST(SpeculativeEngine, TightPoolAndPreemptionKeepOutputs) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Cancels while verifies are in flight (drafts planned, rows not yet resolved): every
+// request's state is released at once, none leaks, and the engine keeps serving.
+TEST(SpeculativeEngine, CancelMidVerifyFreesEverything) {
+  for (bool recompute : {false, true}) {
+    FakeRunner runner({.vocab = 64, .max_context = 4096, .pool_tokens = 1 << 20});
+    runner.rollback_unsupported = recompute;
+    EngineOptions eo;
+    eo.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 64, .chunk_size = 16};
+    eo.speculative = testing::ngram_config(4);
+    Engine engine(&runner, nullptr, eo);
+    engine.set_proposer(std::make_unique<OracleProposer>(64, 3));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int r = 0; r < 4; ++r)
+      streams.push_back(engine.submit(std::vector<int32_t>(20, 3 + r), testing::greedy_params(200)).value());
+    for (int i = 0; i < 12; ++i) engine.step_once();  // prefills, then verifies
+    EXPECT_GT(engine.stats().spec_decode_num_drafts, 0);
+    for (auto& s : streams) s->cancel();
+    engine.step_once();
+    engine.check_invariants();
+    EXPECT_EQ(runner.used_tokens(), 0);
+    EXPECT_EQ(engine.stats().num_running, 0);
+    // Still serving: a new request runs to its end.
+    auto s = engine.submit(std::vector<int32_t>(10, 5), testing::greedy_params(8)).value();
+    for (int i = 0; i < 100; ++i) engine.step_once();
+    int64_t n = 0;
+    while (auto e = s->next(std::chrono::milliseconds(0))) {
+      n += static_cast<int64_t>(e->tokens.size());
+      if (e->finished) break;
+    }
+    EXPECT_EQ(n, 8);
+    EXPECT_EQ(runner.used_tokens(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace strata
