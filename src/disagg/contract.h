@@ -16,7 +16,8 @@
 //   window             ring rows of the window-KV owners (0 without)
 //   owner_map          per layer: the owners it writes and reads (kv / index / candidate
 //                      sources)
-//   speculative_config "none" (speculative decoding is not served yet)
+//   speculative_config "none": the prefill side never drafts (a decode server may run its
+//                      own speculative decoding from the imported committed state)
 // Not contract fields, because the wire format addresses rows by owner and absolute row and
 // each side writes into its own slots (no converter is needed): block / page size, pool size,
 // ring placement, threads, token budget, chunk size, max sequences. They are exchanged as

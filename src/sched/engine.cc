@@ -553,6 +553,7 @@ void Engine::accept_drafts(Active& a, std::span<const float> rows, int64_t k) {
   const std::vector<int32_t> drafts(tokens.end() - k, tokens.end());
   // Sample the rows in order, as decoding would, until a sample differs from its draft.
   std::vector<SampleResult> emitted;
+  std::vector<int> closed;  // the response_format value closed at this token
   for (int64_t i = 0; i <= k; ++i) {
     std::span<const float> lrow = rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
     if (Status st = check_logits(lrow); !st.ok()) {  // nothing of this step is committed
@@ -560,8 +561,10 @@ void Engine::accept_drafts(Active& a, std::span<const float> rows, int64_t k) {
       return;
     }
     emitted.push_back(a.sampler->sample(lrow));
+    closed.push_back(a.sampler->json_complete() ? 1 : 0);
+    // A token that closes a response_format value ends the answer: nothing after it.
     if (i == k || emitted.back().token != drafts[i] ||
-        options_.speculative.force_reject_at == i + 1)
+        options_.speculative.force_reject_at == i + 1 || closed.back())
       break;
   }
   const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
@@ -573,12 +576,13 @@ void Engine::accept_drafts(Active& a, std::span<const float> rows, int64_t k) {
   const RequestId id = a.id;
   for (int64_t i = 0; i <= accepted; ++i) {
     handle_token(a, emitted[i].token, a.params.logprobs >= 0 ? &emitted[i].logprob : nullptr,
-                 /*appended=*/i < accepted);
+                 /*appended=*/i < accepted, closed[i]);
     if (!active_.count(id)) return;  // finished (EOS, stop, length): the rest is dropped
   }
 }
 
-void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended) {
+void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended,
+                          int value_closed) {
   const auto now = Clock::now();
   a.token_times.push_back(now);
   ++a.generated;
@@ -606,7 +610,8 @@ void Engine::handle_token(Active& a, int32_t token, const TokenLogprob* logprob,
     e.text = a.stop->push(decode_piece(a, token));
     if (a.stop->matched()) reason = FinishReason::kStop;
     // response_format json_object / json_schema: the answer is the value; nothing may follow it.
-    if (a.sampler->json_complete()) reason = FinishReason::kStop;
+    if (value_closed < 0 ? a.sampler->json_complete() : value_closed > 0)
+      reason = FinishReason::kStop;
   }
   if (reason == FinishReason::kNone && a.generated >= a.max_new_tokens) {
     reason = FinishReason::kLength;

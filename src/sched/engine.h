@@ -156,7 +156,10 @@ class Engine {
   void loop();
   bool iterate();
   // `appended`: the token is already in the scheduler's tokens (an accepted draft).
-  void handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended = false);
+  // `value_closed`: whether a response_format value closed with this token (-1: ask the
+  // sampler, whose constraint state is this token's unless drafts were sampled past it).
+  void handle_token(Active& a, int32_t token, const TokenLogprob* logprob, bool appended = false,
+                    int value_closed = -1);
   // Speculative decoding: proposes drafts for decoding requests before planning; samples a
   // verify item's rows and commits what was accepted (returns false if the request ended).
   void propose_drafts();

@@ -381,8 +381,9 @@ struct HttpFrontEnd::Impl {
     if (r == nullptr) return nullptr;
     for (const auto& [k, v] : res.headers) {
       if (strcasecmp(k.c_str(), "Content-Length") == 0 ||
-          strcasecmp(k.c_str(), "Transfer-Encoding") == 0 || strcasecmp(k.c_str(), "Connection") == 0)
-        continue;
+          strcasecmp(k.c_str(), "Transfer-Encoding") == 0 ||
+          (strcasecmp(k.c_str(), "Connection") == 0 && strcasecmp(v.c_str(), "close") != 0))
+        continue;  // framing is libmicrohttpd's; a handler may only ask to close
       MHD_add_response_header(r, k.c_str(), v.c_str());
     }
     return r;

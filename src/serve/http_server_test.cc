@@ -236,26 +236,15 @@ namespace strata {
 namespace {
 
 // Sends `text` on a plain TCP connection and returns what comes back (up to 64 KiB, 3 s).
+// The raw reply to `text` written on a new connection (everything until the server closes
+// or 3 s pass quietly).
 std::string raw_socket(int port, const std::string& text) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
+  const int fd = testing::connect_raw(port);
+  if (fd < 0 || !testing::send_raw(fd, text)) {
+    if (fd >= 0) close(fd);
     return "";
   }
-  timeval tv{3, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  (void)!write(fd, text.data(), text.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < 65536) {
-    out.append(buf, static_cast<size_t>(n));
-    if (out.find("\r\n\r\n") != std::string::npos) break;
-  }
+  std::string out = testing::read_raw(fd);
   close(fd);
   return out;
 }
@@ -279,6 +268,16 @@ TEST(RequestGuard, ChunkedBodiesHaveTheLimitAndSmugglingIsRefused) {
       "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
       "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
   EXPECT_EQ(both.rfind("HTTP/1.1 400", 0), 0u) << both;
+  // Conflicting Content-Lengths: 400, and the connection closes (the bytes after the first
+  // length are not taken as another request).
+  const std::string two = raw_socket(
+      s.http.port(),
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Content-Length: 10\r\nContent-Length: 5\r\n\r\n{\"a\": 1}\r\n"
+      "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  EXPECT_EQ(two.rfind("HTTP/1.1 400", 0), 0u) << two;
+  EXPECT_NE(two.find("conflicting Content-Length"), std::string::npos) << two;
+  EXPECT_EQ(two.find("HTTP/1.1 200"), std::string::npos) << two;
 }
 
 }  // namespace

@@ -84,6 +84,16 @@ void install_request_guard(HttpFrontEnd& s, const RequestGuardOptions& o,
                       "missing or wrong API key: send 'Authorization: Bearer <key>'");
       }
     }
+    if (req.get_header_value_count("Content-Length") > 1) {
+      // Conflicting lengths: where this request ends is unknowable (request smuggling
+      // behind a proxy), so the connection is closed after the answer.
+      for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+        if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length")) {
+          res.set_header("Connection", "close");
+          return refuse(res, 400, "invalid_request_error",
+                        "the request carries conflicting Content-Length headers");
+        }
+    }
     if (req.has_header("Content-Length") && req.has_header("Transfer-Encoding"))
       return refuse(res, 400, "invalid_request_error",
                     "a request may not carry both Content-Length and Transfer-Encoding");

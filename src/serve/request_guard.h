@@ -10,7 +10,8 @@
 //     POST is refused): 415;
 //   * a known path with another method: 405 with Allow (the servers' error handlers, with
 //     allowed_methods());
-//   * both Content-Length and Transfer-Encoding (request smuggling): 400.
+//   * both Content-Length and Transfer-Encoding, or conflicting Content-Lengths (request
+//     smuggling): 400 (the latter also closes the connection).
 // Errors use the OpenAI error body. Thread safety: immutable after construction; the
 // handlers run on the HTTP pool.
 #pragma once
