@@ -62,6 +62,11 @@ int run_bench_model(BenchModelCli& o) {
     }
     o.model = *d;
   }
+  StatusOr<SpeculativeConfig> spec = parse_speculative_config(o.speculative_config);
+  if (!spec.ok()) {
+    fmt::print(stderr, "strata bench model: {}\n", spec.status().message());
+    return 2;
+  }
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -87,11 +92,6 @@ int run_bench_model(BenchModelCli& o) {
     return 2;
   }
 
-  StatusOr<SpeculativeConfig> spec = parse_speculative_config(o.speculative_config);
-  if (!spec.ok()) {
-    fmt::print(stderr, "strata bench model: {}\n", spec.status().message());
-    return 2;
-  }
   std::vector<int32_t> file_prompt;
   if (!o.prompt_file.empty()) {
     std::ifstream f(o.prompt_file, std::ios::binary);
@@ -274,7 +274,7 @@ int run_bench_model(BenchModelCli& o) {
                  bytes_per_token / 1e6);
     if (sb)
       fmt::print("speculative    {:.1f} vs {:.1f} tok/s without (x{:.2f}, engine, greedy, same "
-                 "prompt); mean acceptance length {:.2f}, {:.0f}% of {} drafts accepted; outputs "
+                 "prompt); mean acceptance length {:.2f}, {:.0f}% of {} draft tokens accepted; outputs "
                  "{}\n",
                  sb->spec_tok_s, sb->plain_tok_s,
                  sb->plain_tok_s > 0 ? sb->spec_tok_s / sb->plain_tok_s : 0.0,
