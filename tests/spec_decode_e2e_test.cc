@@ -227,3 +227,52 @@ TEST(SpecDecodeLlama, JsonSchemaAnswersEqualPlainAndParse) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Llama rollback at every boundary: a sequence that fed k rejected tokens after position L
+// and was cut back to L + 1 gives, for every later position, logits == a cold run's (the
+// same bits), for cuts around the 16-token unit (+-1, odd and even) and widths 1, 4, 7.
+TEST(SpecDecodeLlama, TruncatedStateGivesColdLogitsAtEveryBoundary) {
+  auto runner = testing::fresh_runner("stories260K");
+  ASSERT_TRUE(runner);
+  const int64_t V = runner->info().vocab_size;
+  std::vector<int32_t> real(60);
+  for (size_t i = 0; i < real.size(); ++i) real[i] = static_cast<int32_t>((i * 37 + 11) % (V - 3) + 3);
+  const int64_t N = static_cast<int64_t>(real.size());
+  std::vector<float> cold;
+  {
+    ASSERT_TRUE(runner->add_sequence(SeqId{1}).ok());
+    StepItem it{SeqId{1}, real, true, -1, true};
+    ASSERT_TRUE(runner->step({&it, 1}, &cold).ok());
+    runner->release_sequence(SeqId{1});
+  }
+  int64_t id = 100;
+  for (int64_t L : {1, 2, 14, 15, 16, 17, 30, 31, 32, 33, 47, 48}) {
+    for (int64_t k : {1, 4, 7}) {
+      const SeqId seq{id++};
+      ASSERT_TRUE(runner->add_sequence(seq).ok());
+      std::vector<float> rows;
+      StepItem a{seq, std::span<const int32_t>(real).first(L), true};
+      ASSERT_TRUE(runner->step({&a, 1}, &rows).ok());
+      std::vector<int32_t> verify = {real[L]};  // the next real token, then k wrong drafts
+      for (int64_t j = 0; j < k; ++j) verify.push_back(static_cast<int32_t>((real[L + 1 + j] + 1) % V));
+      StepItem b{seq, verify, true, -1, true};
+      ASSERT_TRUE(runner->step({&b, 1}, &rows).ok());
+      ASSERT_TRUE(runner->truncate_sequence(seq, L + 1).ok()) << "L " << L << " k " << k;
+      ASSERT_EQ(runner->sequence_length(seq), L + 1);
+      StepItem c{seq, std::span<const int32_t>(real).subspan(L + 1), true, -1, true};
+      ASSERT_TRUE(runner->step({&c, 1}, &rows).ok());
+      ASSERT_EQ(static_cast<int64_t>(rows.size()), (N - L - 1) * V);
+      // Row r of the resumed step is position L + 1 + r of the cold run.
+      EXPECT_TRUE(std::equal(rows.begin(), rows.end(), cold.begin() + (L + 1) * V))
+          << "L " << L << " k " << k;
+      runner->release_sequence(seq);
+    }
+  }
+  EXPECT_EQ(runner->cache_usage().at(0).used_bytes, 0);
+}
+
+}  // namespace
+}  // namespace strata
