@@ -78,12 +78,7 @@ bool Scheduler::set_drafts(SeqId seq, std::span<const int32_t> drafts) {
   return true;
 }
 
-int64_t Scheduler::num_drafts(SeqId seq) const {
-  const Request* r = find(seq);
-  return r == nullptr ? 0 : r->num_drafts;
-}
-
-bool Scheduler::resolve_drafts(SeqId seq, int64_t accepted) {
+void Scheduler::resolve_drafts(SeqId seq, int64_t accepted) {
   Request* r = find(seq);
   STRATA_CHECK(r != nullptr && r->in_runner && r->num_drafts > 0);
   STRATA_CHECK(accepted >= 0 && accepted <= r->num_drafts);
@@ -91,24 +86,23 @@ bool Scheduler::resolve_drafts(SeqId seq, int64_t accepted) {
   const int64_t new_len = static_cast<int64_t>(r->tokens.size()) - r->num_drafts + accepted;
   r->tokens.resize(static_cast<size_t>(new_len));
   r->num_drafts = 0;
-  if (r->num_computed == new_len) return false;
+  if (r->num_computed == new_len) return;
   if (runner_->truncate_sequence(seq, new_len).ok()) {
     r->num_computed = new_len;
-    return false;
+    return;
   }
   // The runner cannot cut its state back: start the sequence again from its prefix cache
   // and feed the rest (exact: a position's state depends only on the tokens before it).
   runner_->release_sequence(seq);
   if (!runner_->add_sequence(seq).ok()) {
     preempt(r);  // re-queued; recomputed at its next admission
-    return true;
+    return;
   }
   const int64_t hit = runner_->attach_cached_prefix(seq, r->tokens);
   r->num_computed = hit;
   r->recomputing = true;
   ++counters_.spec_rollback_recomputes;
   counters_.spec_rollback_recomputed_tokens += new_len - hit;
-  return false;
 }
 
 void Scheduler::preempt(Request* r) {

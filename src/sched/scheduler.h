@@ -122,13 +122,12 @@ class Scheduler {
   // step's budget or the runner's capacity cannot take them all. Returns false (nothing
   // changed) when the request is not in that state.
   bool set_drafts(SeqId seq, std::span<const int32_t> drafts);
-  int64_t num_drafts(SeqId seq) const;
   // After the verify step was committed: keeps the first `accepted` drafts as generated
   // tokens and rolls the runner's state back to them (ModelRunner::truncate_sequence; if the
   // runner cannot, its state is rebuilt from the prefix cache and the rest is fed again).
-  // The engine then appends the target's next token with append_token. Only a runner
-  // failure while rebuilding preempts the request (returned true).
-  bool resolve_drafts(SeqId seq, int64_t accepted);
+  // The engine then appends the target's next token with append_token. A runner that
+  // cannot take the sequence back while rebuilding preempts it (recomputed when re-admitted).
+  void resolve_drafts(SeqId seq, int64_t accepted);
 
   // Plans the next step. Performs admissions (runner.add_sequence + prefix lookup) and
   // capacity preemptions as side effects. The plan's spans stay valid until the next call
