@@ -1,10 +1,15 @@
-// Speculative decoding on the real model families (issue 28): n-gram drafts verified by the
-// target give token ids equal to plain decoding -- greedy for every draft width 1..7 and every
-// forced reject point, seeded sampling, 8 concurrent requests, prefix hits, a pool small
-// enough to preempt -- and every pool is back at its baseline after. Llama (stories260K) rolls
-// back by cutting its KV; DeepSeek V4.1 / V4 recompute from their prefix cache.
+// Speculative decoding on the real model families (issue 28): n-gram drafts (and on V4.1 the
+// model's own DSpark drafts) verified by the target give token ids equal to plain decoding --
+// greedy for every draft width and every forced reject point, seeded sampling, 8 concurrent
+// requests, prefix hits, a pool small enough to preempt -- and every pool is back at its
+// baseline after. Llama (stories260K) rolls back by cutting its KV; DeepSeek V4.1 / V4
+// recompute from their prefix cache (DSpark rings included: drafts after any partial accept
+// equal the drafts of plain decoding at the same committed prefix).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
 
 #include "model/tokenizer.h"
 #include "runner_fixtures.h"
@@ -30,14 +35,19 @@ std::vector<int32_t> repetitive_prompt(int variant, int32_t vocab) {
   return p;
 }
 
+using ProposerFactory = std::function<std::unique_ptr<DraftProposer>(ModelRunner*)>;
+
 Out run(const std::string& model, const SpeculativeConfig& sc, int n, const GenerationParams& g,
-        int64_t kv_tokens = 0, bool twice = false, std::vector<int32_t> text_prompt = {}) {
+        int64_t kv_tokens = 0, bool twice = false, std::vector<int32_t> text_prompt = {},
+        const ProposerFactory& proposer = nullptr) {
   auto runner = testing::fresh_runner(model, kv_tokens);
   if (!runner) return {};
   EngineOptions eo;
   eo.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 128, .chunk_size = 32};
   eo.speculative = sc;
+  EXPECT_TRUE(check_speculative_config(sc, *runner).ok());
   Engine engine(runner.get(), nullptr, eo);
+  if (proposer) engine.set_proposer(proposer(runner.get()));
   const int32_t vocab = runner->info().vocab_size;
   const auto baseline = runner->cache_usage();
   Out out;
@@ -114,6 +124,129 @@ TEST_P(SpecDecodeFamilies, ConcurrentSeededAndPrefixHitsEqualPlain) {
 INSTANTIATE_TEST_SUITE_P(Models, SpecDecodeFamilies,
                          ::testing::Values("stories260K", "deepseek-v41-tiny", "deepseek-v4flash-tiny"));
 
+SpeculativeConfig dspark_config(int k, int reject_at = 0) {
+  SpeculativeConfig c;
+  c.method = "dspark";
+  c.num_speculative_tokens = k;
+  c.force_reject_at = reject_at;
+  return c;
+}
+
+// DSpark on the V4.1 golden checkpoint (random weights: drafts are rarely right, so every
+// step exercises rejection and the rollback by recompute).
+TEST(SpecDecodeDspark, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
+  const std::string model = "deepseek-v41-tiny";
+  const Out plain = run(model, {}, 2, greedy_params(20));
+  ASSERT_EQ(plain.tokens.size(), 2u);
+  for (int k = 1; k <= 5; ++k) {
+    const Out s = run(model, dspark_config(k), 2, greedy_params(20));
+    EXPECT_EQ(s.tokens, plain.tokens) << "k " << k;
+    EXPECT_GT(s.stats.spec_decode_num_draft_tokens, 0) << "no drafts proposed";
+    for (int j = 1; j <= k; j += 2)
+      EXPECT_EQ(run(model, dspark_config(k, j), 2, greedy_params(20)).tokens, plain.tokens)
+          << "k " << k << " forced reject at " << j;
+  }
+}
+
+TEST(SpecDecodeDspark, ConcurrentSeededAndPrefixHitsEqualPlain) {
+  GenerationParams g;
+  g.temperature = 0.8;
+  g.top_k = 20;
+  g.max_tokens = 16;
+  g.ignore_eos = true;
+  g.seed = 11;
+  const Out plain = run("deepseek-v41-tiny", {}, 8, g);
+  const Out spec = run("deepseek-v41-tiny", dspark_config(3), 8, g, 0, /*twice=*/true);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_GT(spec.stats.spec_decode_num_drafts, 0);
+}
+
+// The DSpark rings roll back with the rest of the state: with drafts whose first j tokens are
+// the true continuation (an oracle wrapped around the model's drafter), every step accepts
+// exactly j and rejects the next; the model's draft at each committed prefix must equal the
+// draft at that prefix during plain decoding.
+class RecordingDspark : public DraftProposer {
+ public:
+  RecordingDspark(ModelRunner* r, std::vector<int32_t> truth, int right,
+                  std::map<size_t, std::vector<int32_t>>* seen)
+      : runner_(r), truth_(std::move(truth)), right_(right), seen_(seen) {}
+  std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
+                               int max_k) const override {
+    auto d = runner_->draft_tokens(seq, tokens.back());
+    EXPECT_TRUE(d.ok() || tokens.size() < 3) << d.status().to_string();
+    if (d.ok()) {
+      auto [it, fresh] = seen_->emplace(tokens.size(), *d);
+      EXPECT_EQ(it->second, *d) << "two drafts at the same prefix differ, length " << tokens.size();
+    }
+    if (right_ < 0) return {};  // record only: plain decoding
+    std::vector<int32_t> out;
+    for (int i = 0; i < max_k && tokens.size() + i < truth_.size(); ++i) {
+      const int32_t t = truth_[tokens.size() + i];
+      out.push_back(i < right_ ? t : (t + 1) % runner_->info().vocab_size);
+    }
+    return out;
+  }
+
+ private:
+  ModelRunner* runner_;
+  std::vector<int32_t> truth_;
+  int right_;
+  std::map<size_t, std::vector<int32_t>>* seen_;
+};
+
+TEST(SpecDecodeDspark, DraftsAfterPartialAcceptsEqualPlainDrafts) {
+  const std::string model = "deepseek-v41-tiny";
+  auto runner = testing::fresh_runner(model, 0);
+  ASSERT_TRUE(runner);
+  const std::vector<int32_t> prompt = repetitive_prompt(0, runner->info().vocab_size);
+  std::map<size_t, std::vector<int32_t>> plain_drafts;
+  const Out plain = run(model, dspark_config(5), 1, greedy_params(24), 0, false, prompt,
+                        [&](ModelRunner* r) {
+                          return std::make_unique<RecordingDspark>(r, std::vector<int32_t>{}, -1,
+                                                                   &plain_drafts);
+                        });
+  ASSERT_EQ(plain.tokens.size(), 1u);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+  ASSERT_GT(plain_drafts.size(), 20u);
+  for (int right = 0; right <= 4; ++right) {
+    std::map<size_t, std::vector<int32_t>> drafts;
+    const Out s = run(model, dspark_config(5), 1, greedy_params(24), 0, false, prompt,
+                      [&](ModelRunner* r) {
+                        return std::make_unique<RecordingDspark>(r, truth, right, &drafts);
+                      });
+    EXPECT_EQ(s.tokens, plain.tokens) << right << " right";
+    EXPECT_GT(s.stats.spec_decode_num_accepted_tokens, right > 0 ? 0 : -1);
+    int compared = 0;
+    for (const auto& [len, d] : drafts) {
+      auto it = plain_drafts.find(len);
+      if (it == plain_drafts.end()) continue;
+      ++compared;
+      EXPECT_EQ(d, it->second) << right << " right, prefix length " << len;
+    }
+    EXPECT_GT(compared, 3) << right << " right";
+  }
+}
+
+TEST(SpecDecodeDspark, RefusedWhereItCannotRun) {
+  auto llama = testing::fresh_runner("stories260K", 0);
+  auto v41 = testing::fresh_runner("deepseek-v41-tiny", 0);
+  ASSERT_TRUE(llama && v41);
+  EXPECT_EQ(llama->draft_block_size(), 0);
+  EXPECT_EQ(v41->draft_block_size(), 5);
+  Status st = check_speculative_config(dspark_config(2), *llama);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
+  EXPECT_NE(st.message().find("DSpark"), std::string::npos) << st.to_string();
+  st = check_speculative_config(dspark_config(6), *v41);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("block size 5"), std::string::npos) << st.to_string();
+  EXPECT_TRUE(check_speculative_config(dspark_config(5), *v41).ok());
+  EXPECT_TRUE(check_speculative_config(ngram_config(7), *llama).ok());
+  // Without the engine's guard, a runner with no drafter gives no proposer at all.
+  EXPECT_EQ(make_proposer(dspark_config(2), llama.get()), nullptr);
+  EXPECT_NE(make_proposer(dspark_config(2), v41.get()), nullptr);
+}
+
 // On the trained model, prompt lookup is accepted where the text repeats, and Llama rolls
 // back by cutting its KV (no recompute).
 TEST(SpecDecodeLlama, AcceptsOnRepetitionAndCutsBack) {
@@ -163,7 +296,7 @@ TEST(SpecDecodeLlama, JsonSchemaAnswersEqualPlainAndParse) {
   // Proposes what a recorded run emitted next (every draft right up to the closing token).
   struct Replay : DraftProposer {
     std::vector<int32_t> all;
-    std::vector<int32_t> propose(std::span<const int32_t> t, int max_k) const override {
+    std::vector<int32_t> propose(SeqId, std::span<const int32_t> t, int max_k) const override {
       if (t.size() >= all.size() || !std::equal(t.begin(), t.end(), all.begin())) return {};
       const size_t n = std::min<size_t>(max_k, all.size() - t.size());
       return std::vector<int32_t>(all.begin() + t.size(), all.begin() + t.size() + n);

@@ -40,5 +40,33 @@ TEST(ValidateGoldenCli, ExitStatuses) {
             2);
 }
 
+// The DSpark check (cases with dspark_draft_ids): every draft id equal in the reference call
+// shape (these ids come from the golden file only); the canonical form reports its count.
+TEST(ValidateGoldenCli, DsparkLine) {
+  const std::string v41 = src_dir() + "/models/deepseek-v41-tiny";
+  const std::string cases = src_dir() + "/testdata/golden/v41-tiny/cases.safetensors";
+  std::string out;
+  EXPECT_EQ(run_strata("validate golden --model " + v41 + " --cases " + cases +
+                           " --call-shape reference --case case04 --case case07",
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("dspark: 2 cases, 16 steps, 0 draft ids differ"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_strata("validate golden --model " + v41 + " --cases " + cases +
+                           " --call-shape canonical --case case04 --case case07",
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("dspark: 2 cases, 16 steps, "), std::string::npos) << out;
+  // A case without draft tensors: no dspark line.
+  out.clear();
+  EXPECT_EQ(run_strata("validate golden --model " + v41 + " --cases " + cases + " --case case05",
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("dspark:"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace strata::tools

@@ -123,6 +123,9 @@ std::string GoldenCaseResult::summary() const {
                                 "on are checked finite only)"
                               : " (not allowed: the case is stable)";
   }
+  if (dspark_steps > 0)
+    s += fmt::format(", dspark {} steps, {} draft ids differ, max_abs_diff={:.6g}", dspark_steps,
+                     dspark_ids_differ, dspark_max_abs_diff);
   if (!error.empty()) s += ", " + error;
   return s;
 }
@@ -135,6 +138,12 @@ std::string GoldenReport::last_line() const {
   const std::string diff = strict > 0 || cases.empty() ? fmt::format("{:.6g}", max_abs_diff) : "n/a";
   return fmt::format("golden: {} passed, {} failed, max_abs_diff={}, route_divergent={}", passed,
                      failed, diff, route_divergent);
+}
+
+std::string GoldenReport::dspark_line() const {
+  if (dspark_steps == 0) return "";
+  return fmt::format("dspark: {} cases, {} steps, {} draft ids differ", dspark_cases, dspark_steps,
+                     dspark_ids_differ);
 }
 
 StatusOr<std::vector<GoldenCase>> load_golden_cases(const std::string& cases_path,
@@ -231,6 +240,35 @@ StatusOr<std::vector<GoldenCase>> load_golden_cases(const std::string& cases_pat
         return st;
       if (auto st = load_routes(".route_decode_index", true, &unused, &c.decode_index); !st.ok())
         return st;
+    }
+    if (tensors.count(cn + ".dspark_draft_ids")) {
+      auto t = get(cn + ".dspark_draft_ids");
+      auto tl = get(cn + ".dspark_logits");
+      auto tc = get(cn + ".dspark_confidence");
+      if (!t.ok()) return t.status();
+      if (!tl.ok()) return tl.status();
+      if (!tc.ok()) return tc.status();
+      const auto& shape = (*t)->shape;
+      auto ids = read_ints(**t);
+      auto lg = read_floats(**tl);
+      auto cf = read_floats(**tc);
+      if (!ids.ok()) return ids.status();
+      if (!lg.ok()) return lg.status();
+      if (!cf.ok()) return cf.status();
+      if (shape.size() != 2 || shape[1] < 2 || shape[0] > S)
+        return invalid_argument("{}: {}.dspark_draft_ids has an unexpected shape", cases_path, cn);
+      const int64_t n = shape[0], blk = shape[1] - 1;
+      if (static_cast<int64_t>(lg->size()) != n * blk * V ||
+          static_cast<int64_t>(cf->size()) != n * blk)
+        return invalid_argument("{}: {}.dspark_logits / dspark_confidence do not match "
+                                "dspark_draft_ids [{}, {}]", cases_path, cn, n, blk + 1);
+      for (int64_t i = 0; i < n; ++i) {
+        c.dspark_ids.emplace_back();
+        for (int64_t k = 0; k <= blk; ++k)
+          c.dspark_ids.back().push_back(static_cast<int32_t>((*ids)[i * (blk + 1) + k]));
+        c.dspark_logits.emplace_back(lg->begin() + i * blk * V, lg->begin() + (i + 1) * blk * V);
+        c.dspark_confidence.emplace_back(cf->begin() + i * blk, cf->begin() + (i + 1) * blk);
+      }
     }
     auto fit = fragile.find(cn);
     c.fragile = fit != fragile.end() && fit->second;
@@ -401,6 +439,46 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
   };
   check_row(c.prefill_logits, last_logits, "prefill");
 
+  // Draft after decode step i (see GoldenCaseResult::dspark_steps for the rule).
+  auto check_draft = [&](size_t i) {
+    const std::vector<int32_t>& gids = c.dspark_ids[i];
+    const int64_t blk = static_cast<int64_t>(gids.size()) - 1;
+    const int64_t V = static_cast<int64_t>(c.prefill_logits.size());
+    const std::string label = fmt::format("dspark{}", i);
+    auto d = target.draft(gids[0]);
+    ++r.dspark_steps;
+    if (!d.ok()) {
+      fail(fmt::format("{}: {}", label, d.status().to_string()));
+      return;
+    }
+    if (static_cast<int64_t>(d->ids.size()) != blk + 1 ||
+        static_cast<int64_t>(d->logits.size()) != blk * V) {
+      fail(fmt::format("{}: a block of {} drafts, the golden has {}", label,
+                       static_cast<int64_t>(d->ids.size()) - 1, blk));
+      return;
+    }
+    for (int64_t k = 1; k <= blk; ++k) r.dspark_ids_differ += d->ids[k] != gids[k];
+    for (float v : d->logits)
+      if (!std::isfinite(v)) return fail(label + ": non-finite draft logits");
+    for (float v : d->confidence)
+      if (!std::isfinite(v)) return fail(label + ": non-finite confidence");
+    if (diverged) return;
+    for (int64_t k = 0; k < blk; ++k) {
+      std::span<const float> g(c.dspark_logits[i].data() + k * V, static_cast<size_t>(V));
+      std::span<const float> o(d->logits.data() + k * V, static_cast<size_t>(V));
+      bool checked = false, ok = false;
+      const double dl = compare_logits_row(g, o, opt.gap_tol, &checked, &ok);
+      r.dspark_max_abs_diff = std::max(r.dspark_max_abs_diff, dl);
+      if (!(dl <= opt.logit_tol))
+        fail(fmt::format("{} row {}: max|dlogit| {:.4g} > {}", label, k, dl, opt.logit_tol));
+      if (d->ids[k + 1] == gids[k + 1]) continue;
+      // Later rows' Markov bias comes from a different id: a sampling cascade.
+      if (checked) fail(fmt::format("{} row {}: draft id {} where the golden has {}", label, k,
+                                    d->ids[k + 1], gids[k + 1]));
+      break;
+    }
+  };
+
   // --- teacher-forced decode
   for (size_t i = 0; i < c.decode_tokens.size(); ++i) {
     const int32_t tok = c.decode_tokens[i];
@@ -421,6 +499,7 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
       }
     }
     check_row(c.decode_logits[i], out->logits, fmt::format("decode{}", i));
+    if (i < c.dspark_ids.size() && target.has_draft()) check_draft(i);
   }
   if (r.divergence && !r.divergence_allowed) fail("route divergence in a stable case");
   r.passed = failures.empty();
@@ -443,6 +522,9 @@ GoldenReport run_golden(GoldenTarget& target, const std::vector<GoldenCase>& cas
       ++rep.failed;
     }
     if (r.divergence) ++rep.route_divergent;
+    if (r.dspark_steps > 0) ++rep.dspark_cases;
+    rep.dspark_steps += r.dspark_steps;
+    rep.dspark_ids_differ += r.dspark_ids_differ;
     rep.max_abs_diff = std::max(rep.max_abs_diff, r.max_abs_diff);
     if (on_case) on_case(r);
     rep.cases.push_back(std::move(r));

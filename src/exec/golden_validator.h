@@ -47,6 +47,13 @@ struct GoldenStepOutput {
   std::vector<std::vector<std::vector<int32_t>>> index;
 };
 
+// A speculative draft block (V4.1 DSpark forward_spec) after the state so far.
+struct GoldenDraft {
+  std::vector<int32_t> ids;        // [block + 1]: the input token, then the drafts
+  std::vector<float> logits;       // [block, vocab]
+  std::vector<float> confidence;   // [block]
+};
+
 // The model under test. Implemented by the forward pass (e.g. the V4.1 runner).
 class GoldenTarget {
  public:
@@ -65,6 +72,13 @@ class GoldenTarget {
   // admission). Targets that reproduce the reference's call-shape-dependent numerics use it
   // to compute prompt chunks as rows of one whole-prompt call. Default: ignored.
   virtual void set_prompt_length(int64_t prompt_len) { (void)prompt_len; }
+  // Draft block after the tokens fed so far, `token` being the model's next token (cases
+  // with dspark_* tensors). Default: the target has no drafter (those tensors are skipped).
+  virtual bool has_draft() const { return false; }
+  virtual StatusOr<GoldenDraft> draft(int32_t token) {
+    (void)token;
+    return Status(StatusCode::kUnimplemented, "this target has no drafter");
+  }
 };
 
 struct GoldenOptions {
@@ -107,6 +121,14 @@ struct GoldenCaseResult {
   int argmax_checked = 0, argmax_agree = 0;
   std::optional<RouteDivergence> divergence;
   bool divergence_allowed = false;  // fragile, or GoldenOptions::allow_stable_divergence
+  // Draft blocks (cases with dspark_draft_ids, targets with a drafter): after decode step i
+  // the target drafts from the golden's entry-0 token. Steps before the main routes' first
+  // divergence are strict: per row until the first draft id that differs, max |dlogit| <=
+  // logit_tol, and a draft id may differ only where the golden row's top1-top2 gap <=
+  // gap_tol; later steps must be finite.
+  int dspark_steps = 0;
+  int dspark_ids_differ = 0;    // draft ids (entries 1..block) unequal to the golden's
+  double dspark_max_abs_diff = 0.0;  // over strictly compared rows
   std::string error;            // target error or failure reason(s)
   std::string summary() const;  // the one line printed per case
 };
@@ -115,6 +137,9 @@ struct GoldenReport {
   std::vector<GoldenCaseResult> cases;
   int passed = 0, failed = 0, route_divergent = 0;
   double max_abs_diff = 0.0;
+  int dspark_cases = 0, dspark_steps = 0, dspark_ids_differ = 0;
+  // "dspark: C cases, S steps, D draft ids differ" (empty when no case had drafts).
+  std::string dspark_line() const;
   // "golden: N passed, M failed, max_abs_diff=X, route_divergent=R"; X is "n/a" when no
   // logits row was strictly compared in any case.
   std::string last_line() const;
@@ -132,6 +157,10 @@ struct GoldenCase {
   // route_decode_moe [S][n_layers][k], route_decode_index [S][n_idx][topk]
   std::vector<std::vector<std::vector<int32_t>>> decode_moe, decode_index;
   bool fragile = false;
+  // dspark_draft_ids [steps][block+1], dspark_logits [steps][block * V], dspark_confidence
+  // [steps][block]; empty when the case has none.
+  std::vector<std::vector<int32_t>> dspark_ids;
+  std::vector<std::vector<float>> dspark_logits, dspark_confidence;
 };
 
 // Loads every caseNN from cases.safetensors (sorted by name) and marks fragile ones from

@@ -98,6 +98,20 @@ class ModelRunner {
     return Status(StatusCode::kUnimplemented, "this runner cannot roll a sequence back");
   }
 
+  // ---- Optional: a drafter inside the model (V4.1 DSpark; default: none). ----
+  //
+  // Draft tokens per block (0: the model has no drafter).
+  virtual int draft_block_size() const { return 0; }
+  // The drafter's block after `seq`'s state (every token fed so far) given `next`, the token
+  // sampled from seq's last logits (not yet fed): draft_block_size() tokens for the positions
+  // after `next`. Reads state only. FailedPrecondition when the sequence is too short to draft
+  // from or has tokens pending; Unimplemented without a drafter.
+  virtual StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) {
+    (void)seq;
+    (void)next;
+    return Status(StatusCode::kUnimplemented, "this model has no drafter");
+  }
+
   // ---- Optional: prefix caching (defaults: the runner has no prefix cache). ----
   //
   // Called by the scheduler right after a successful add_sequence(seq), with every token

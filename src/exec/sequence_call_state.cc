@@ -51,8 +51,9 @@ void SequenceCallState::init_legacy(
   head_dim_ = c.head_dim;
   index_head_dim_ = c.index_head_dim;
   window_ = c.window_size;
-  legacy_rows_.assign(static_cast<size_t>(c.n_layers), LegacyRows{});
-  for (int l = 0; l < c.n_layers; ++l) {
+  // Every layer id (backbone, then draft stages: their window rings hold DSpark / MTP state).
+  legacy_rows_.assign(static_cast<size_t>(c.total_layers()), LegacyRows{});
+  for (int l = 0; l < c.total_layers(); ++l) {
     LegacyRows& r = legacy_rows_[l];
     r.window.assign(static_cast<size_t>(window_ * head_dim_), 0.0f);
     for (int i = 0; i < 2; ++i) {

@@ -106,11 +106,15 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
     });
   };
   const int64_t D = config_.dim, hc = config_.hc_mult;
-  for (V41BlockWeights& b : layers_) {
+  std::vector<V41BlockWeights*> blocks;
+  for (V41BlockWeights& b : layers_) blocks.push_back(&b);
+  for (V41BlockWeights& b : drafts_) blocks.push_back(&b);
+  for (V41BlockWeights* bp : blocks) {
+    V41BlockWeights& b = *bp;
     V41AttentionWeights& a = b.attn;
     for (V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor.wkv,
                          &a.compressor.wgate, &a.indexer.wq_b, &a.indexer.weights_proj,
-                         &a.indexer.wk, &b.engram.wkv})
+                         &a.indexer.wk, &b.engram.wkv, &b.main_proj})
       add_linear(*l);
     auto add_expert = [&](V41ExpertWeights& e) {
       add_linear(e.w2);

@@ -169,7 +169,7 @@ std::string DeepseekV41Weights::report() const {
                    gb(bytes_backbone_));
   s += fmt::format("routed experts: {:.3f} MB\n", gb(bytes_experts_));
   s += fmt::format("engram tables + projections: {:.3f} MB\n", gb(bytes_engram_));
-  s += fmt::format("DSpark stages (mtp.*, {} loaded, not run): {:.3f} MB\n", drafts_.size(),
+  s += fmt::format("DSpark stages (mtp.*, {} loaded): {:.3f} MB\n", drafts_.size(),
                    gb(bytes_draft_));
   return s;
 }

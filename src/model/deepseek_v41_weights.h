@@ -13,8 +13,9 @@
 //                      wk/weights_proj/k_norm, engram q_weight/k_weight, DSpark heads.
 //   F32                hc_{attn,ffn}_{fn,base,scale}, attn_sink, gate.bias(_vl).
 //   Engram table       F8_E4M3 [rows, head_dim] + F8_E8M0 [rows, head_dim/32].
-// DSpark stages (`mtp.N.*`) are loaded and checked but not run (speculative decoding is
-// later work); `mtp.N.embed/head` are absent in the file and alias the main embed/head.
+// DSpark stages (`mtp.N.*`) are loaded and checked like backbone layers (run by
+// DeepseekV41Model::dspark_draft); `mtp.N.embed/head` are absent in the file and alias the
+// main embed/head.
 //
 // Errors: load() returns FailedPrecondition / NotFound naming the tensor, its file and the
 // expected vs actual dtype and shape.
@@ -155,14 +156,18 @@ class DeepseekV41Weights {
   const TensorView& embed() const { return embed_; }   // BF16 [vocab, dim]
   const TensorView& head() const { return head_; }     // BF16 [vocab, dim]
   const TensorView& norm() const { return norm_; }     // BF16 [dim]
-  const V41BlockWeights& layer(int i) const { return layers_[i]; }
+  // Block of layer id i: a backbone layer (i < num_layers()) or DSpark stage
+  // i - num_layers() (layer ids n_layers.. as in the config's schedule).
+  const V41BlockWeights& layer(int i) const {
+    return i < num_layers() ? layers_[i] : drafts_[i - num_layers()];
+  }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<V41BlockWeights>& draft_stages() const { return drafts_; }
 
   // Repacks every backbone linear (FP8, FP4, BF16), the MoE gates, the mHC mixes and the
-  // LM head for the vector kernels, spreading the work over `pool` (may be null). Draft
-  // (DSpark) stages are not packed (they are not run yet). Costs one extra copy of the
-  // backbone weights in memory; the mmapped checkpoint pages are not read again.
+  // LM head for the vector kernels, spreading the work over `pool` (may be null); the DSpark
+  // stages too. Costs one extra copy of the weights in memory; the mmapped checkpoint pages
+  // are not read again.
   void pack_for_kernels(ThreadPool* pool);
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }

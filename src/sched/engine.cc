@@ -162,7 +162,7 @@ Engine::Engine(ModelRunner* runner, const Tokenizer* tokenizer, EngineOptions op
       options_(options),
       scheduler_(runner, options.scheduler) {
   prefix_alignment_ = runner_->prefix_alignment();
-  proposer_ = make_proposer(options_.speculative);
+  proposer_ = make_proposer(options_.speculative, runner_);
   counters_.spec_decode_num_accepted_tokens_per_pos.assign(
       static_cast<size_t>(std::max(0, options_.speculative.num_speculative_tokens)), 0);
   publish_stats();
@@ -542,7 +542,7 @@ void Engine::propose_drafts() {
     const int64_t k = std::min<int64_t>({sc.num_speculative_tokens, a.max_new_tokens - a.generated - 1,
                                          info.max_context - len - 1});
     if (k <= 0) continue;
-    const std::vector<int32_t> drafts = proposer_->propose(tokens, static_cast<int>(k));
+    const std::vector<int32_t> drafts = proposer_->propose(a.seq, tokens, static_cast<int>(k));
     if (!drafts.empty()) scheduler_.set_drafts(a.seq, drafts);
   }
 }

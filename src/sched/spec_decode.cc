@@ -32,11 +32,12 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   if (!j.contains("method") || !j["method"].is_string())
     return invalid_argument("--speculative-config: 'method' (a string) is required");
   c.method = j["method"].get<std::string>();
-  if (c.method == "dspark" || c.method == "mtp")
+  if (c.method == "mtp")
     return invalid_argument("--speculative-config: method '{}' is not built yet in this version "
-                            "(available: ngram)", c.method);
-  if (c.method != "ngram")
-    return invalid_argument("--speculative-config: unknown method '{}' (available: ngram)", c.method);
+                            "(available: ngram, dspark)", c.method);
+  if (c.method != "ngram" && c.method != "dspark")
+    return invalid_argument("--speculative-config: unknown method '{}' (available: ngram, dspark)",
+                            c.method);
   if (!j.contains("num_speculative_tokens"))
     return invalid_argument("--speculative-config: 'num_speculative_tokens' is required");
   STRATA_RETURN_IF_ERROR(int_field("num_speculative_tokens", &c.num_speculative_tokens, 1,
@@ -51,7 +52,30 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   return c;
 }
 
-std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int max_k) const {
+Status check_speculative_config(const SpeculativeConfig& c, const ModelRunner& runner) {
+  if (c.method != "dspark") return ok_status();
+  const int block = runner.draft_block_size();
+  if (block <= 0)
+    return failed_precondition("--speculative-config: method 'dspark' needs a model with DSpark "
+                               "stages; this one ({}) has none", runner.info().architecture);
+  if (c.num_speculative_tokens > block)
+    return invalid_argument("--speculative-config: num_speculative_tokens {} exceeds the DSpark "
+                            "block size {} of this model", c.num_speculative_tokens, block);
+  return ok_status();
+}
+
+std::vector<int32_t> ModelDraftProposer::propose(SeqId seq, std::span<const int32_t> tokens,
+                                                 int max_k) const {
+  if (tokens.empty() || max_k <= 0) return {};
+  StatusOr<std::vector<int32_t>> d = runner_->draft_tokens(seq, tokens.back());
+  if (!d.ok()) return {};
+  std::vector<int32_t> out = std::move(d).value();
+  if (static_cast<int64_t>(out.size()) > max_k) out.resize(static_cast<size_t>(max_k));
+  return out;
+}
+
+std::vector<int32_t> NgramProposer::propose(SeqId, std::span<const int32_t> tokens,
+                                            int max_k) const {
   const int64_t len = static_cast<int64_t>(tokens.size());
   for (int n = max_n_; n >= min_n_; --n) {
     if (len <= n) continue;
@@ -67,9 +91,11 @@ std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int
   return {};
 }
 
-std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config) {
+std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config, ModelRunner* runner) {
   if (config.method == "ngram")
     return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
+  if (config.method == "dspark" && runner != nullptr && runner->draft_block_size() > 0)
+    return std::make_unique<ModelDraftProposer>(runner);
   return nullptr;
 }
 

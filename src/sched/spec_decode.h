@@ -24,11 +24,12 @@
 #include <vector>
 
 #include "base/status.h"
+#include "exec/model_runner.h"
 
 namespace strata {
 
 struct SpeculativeConfig {
-  std::string method;               // "" = off; "ngram"
+  std::string method;               // "" = off; "ngram", "dspark"
   int num_speculative_tokens = 0;   // K: drafts per step (1..kMaxSpeculativeTokens)
   int prompt_lookup_max = 4;        // ngram: longest suffix n-gram looked up
   int prompt_lookup_min = 2;        // ngram: shortest
@@ -44,15 +45,23 @@ inline constexpr int kMaxSpeculativeTokens = 16;
 // "prompt_lookup_max": N, "prompt_lookup_min": M}). "" or "{}" = off.
 // Errors (InvalidArgument, naming the field): not JSON / not an object, unknown field, wrong
 // type, K outside [1, 16], lookup bounds outside 1 <= min <= max <= 64, a method this build
-// does not run ("dspark" and "mtp" are named as not built yet; others unknown).
+// does not run ("mtp" is named as not built yet; others unknown). "dspark" needs a model
+// with DSpark stages: check_speculative_config says whether the loaded one fits.
 StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json);
+
+// Whether `config` can run on `runner` (call at startup, before serving): "dspark" needs a
+// drafter in the model (FailedPrecondition naming the architecture) and K <= its block size
+// (InvalidArgument: the drafter proposes one block per step; vLLM refuses K > block too).
+Status check_speculative_config(const SpeculativeConfig& config, const ModelRunner& runner);
 
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
   // Up to max_k draft tokens to follow `tokens` (the request's prompt and generated tokens,
-  // last one included); may return fewer or none.
-  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_k) const = 0;
+  // last one included; the runner's state for `seq` holds all but the last); may return
+  // fewer or none.
+  virtual std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
+                                       int max_k) const = 0;
 };
 
 // Prompt lookup: for n from prompt_lookup_max down to prompt_lookup_min, the last n tokens
@@ -61,13 +70,28 @@ class DraftProposer {
 class NgramProposer : public DraftProposer {
  public:
   NgramProposer(int min_n, int max_n) : min_n_(min_n), max_n_(max_n) {}
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_k) const override;
+  std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
+                               int max_k) const override;
 
  private:
   int min_n_, max_n_;
 };
 
-// The proposer of `config` (null when speculation is off).
-std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config);
+// DSpark (V4.1): the model's own draft block (ModelRunner::draft_tokens) from the committed
+// state and the target's next token, its first max_k tokens; none when the runner cannot
+// draft for the sequence yet (fewer than 2 positions in state).
+class ModelDraftProposer : public DraftProposer {
+ public:
+  explicit ModelDraftProposer(ModelRunner* runner) : runner_(runner) {}
+  std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
+                               int max_k) const override;
+
+ private:
+  ModelRunner* runner_;
+};
+
+// The proposer of `config` over `runner` (null when speculation is off, or for "dspark" on a
+// runner without a drafter -- check_speculative_config refuses that at startup).
+std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config, ModelRunner* runner);
 
 }  // namespace strata

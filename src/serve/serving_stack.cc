@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/log.h"
+#include "sched/spec_decode.h"
 #include "serve/chat_prompt.h"
 #include "serve/chat_template.h"
 
@@ -16,6 +17,7 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   init_logging();  // spdlog's default logger: stderr, lines as given (base/log.h)
   std::unique_ptr<ServingStack> s(new ServingStack());
   STRATA_ASSIGN_OR_RETURN(s->runner_, make_model_runner(options.model_dir, options.runner));
+  STRATA_RETURN_IF_ERROR(check_speculative_config(options.engine.speculative, *s->runner_));
   auto tok = load_tokenizer_from_dir(options.model_dir);
   if (tok.ok()) {
     s->tokenizer_ = std::move(*tok);

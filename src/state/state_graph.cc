@@ -371,7 +371,7 @@ StatusOr<StateGraph> StateGraph::from_deepseek(const DeepseekConfig& c) {
     d.handoff = HandoffPolicy::kRebuild;
     d.rollback = "discard drafts; rings keep only accepted positions";
     d = make_state_spec(d);
-    d.layout = "placeholder (speculative decoding not implemented yet)";
+    d.layout = "none per request: a draft block lives one step (the DSpark rings are the draft stages' window_kv owners)";
     OwnerId dd = b.add_owner(StateKind::kDraftState, c.n_layers, Stage::kDraft, d);
     b.add_write(c.n_layers, dd);
   }

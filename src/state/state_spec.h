@@ -21,7 +21,8 @@
 //   kTopk / kCandidates  per-forward transients (int32 positions / block ids per query token):
 //                    produced by an index source, read by later layers in the same step; never
 //                    persisted, never counted per token.
-//   kDraftState      placeholder for DSpark draft/verify bookkeeping (0 bytes for now).
+//   kDraftState      draft/verify bookkeeping: 0 bytes (a draft block lives one step; the
+//                    DSpark stage rings are the draft stages' kWindowKv owners).
 // Row values read back equal the reference's QDQ (quantize -> dequantize -> bf16) values
 // bit-exactly (see kernels/quant_formats.h). Thread safety: immutable values.
 #pragma once

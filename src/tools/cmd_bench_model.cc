@@ -80,6 +80,10 @@ int run_bench_model(BenchModelCli& o) {
   }
   ModelRunner& runner = **runner_or;
   const ModelInfo& info = runner.info();
+  if (Status st = check_speculative_config(*spec, runner); !st.ok()) {
+    fmt::print(stderr, "strata bench model: {}\n", st.message());
+    return 2;
+  }
   fmt::print(stderr, "[bench model] loaded and packed in {:.1f} s\n", seconds_since(t_load));
   const int threads = o.threads > 0 ? o.threads : ThreadPool(0).num_threads();
   if (o.prompt_tokens < 1 || o.decode_tokens < 1) {

@@ -61,6 +61,7 @@ void run_validate_golden(const GoldenArgs& a) {
     fmt::print("{}\n", r.summary());
     std::fflush(stdout);
   });
+  if (const std::string d = rep.dspark_line(); !d.empty()) fmt::print("{}\n", d);
   fmt::print("{}\n", rep.last_line());
   set_exit_code(rep.failed == 0 && !rep.cases.empty() ? 0 : 1);
 }

@@ -1,9 +1,7 @@
-// DeepseekV41Model: load, top-level forward, mHC, Engram, MoE. Attention lives in
-// v41_attention.cc. Reference: model.py Transformer / Block / Engram / Gate / Expert / MoE,
-// kernel_cpu.py hc_split_sinkhorn; spec §2.0, §2.7–§2.9.
+// DeepseekV41Model: load, top-level forward, Engram. Attention lives in v41_attention.cc,
+// MoE in v41_moe.cc, mHC in v41_mhc.cc. Reference: model.py Transformer / Block / Engram;
+// spec §2.0, §2.7–§2.9.
 #include "exec/deepseek_v41/deepseek_v41_model.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,9 +14,8 @@
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41/v41_forward_ctx.h"
-#include "exec/deepseek_v41/v41_simd.h"
+#include "exec/deepseek_v41/v41_mhc.h"
 #include "kernels/block_gemm.h"
-#include "kernels/cpu_features.h"
 #include "model/dtype.h"
 #include "model/tokenizer.h"
 
@@ -27,98 +24,6 @@ namespace strata {
 namespace {
 
 float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
-
-// mixes -> pre/post/comb for every token of h [S, hc*D] (Block.hc_mixes).
-void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
-              double norm_eps, double hc_eps, float* pre, float* post, float* comb,
-              v41::CallRows vrows, ThreadPool* pool) {
-  const int64_t nmix = (2 + hc) * hc;
-  thread_local Scratch<float> s_raw, s_sq;  // written whole before they are read
-  float* const raw = s_raw.get(S * nmix);
-  float* const sq = s_sq.get(hcD);
-  v41::linear_f32(h, S, w.fn, nmix, hcD, raw, w.fn_packed.get(), pool);
-  const float eps = static_cast<float>(norm_eps);
-  for (int64_t i = 0; i < S; ++i) {
-    const float* x = h + i * hcD;
-    for (int64_t k = 0; k < hcD; ++k) sq[k] = x[k] * x[k];
-    const float ms = v41::torch_sum(sq, hcD) / static_cast<float>(hcD);
-    const float rs = 1.0f / std::sqrt(ms + eps);
-    float* mix = &raw[i * nmix];
-    for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
-    v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
-                           pre + i * hc, post + i * hc, comb + i * hc * hc, vrows.tok(i), vrows.n);
-  }
-}
-
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-using v41::bf16_round16;
-
-// The loops below over d are vectorized 16 lanes at a time on AVX-512 CPUs with each lane's
-// operations in the scalar order (mul, then add, each rounded: the build has no FP
-// contraction), so both forms give the same bits.
-
-// y[s, d] = bf16(sum_c pre[s, c] * h[s, c, d])  (Block.hc_pre)
-__attribute__((target("avx512f"))) int64_t hc_pre_avx512(const float* h, const float* pre,
-                                                       int64_t i, int hc, int64_t D, float* y) {
-  int64_t d = 0;
-  for (; d + 16 <= D; d += 16) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int c = 0; c < hc; ++c)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(pre[i * hc + c]),
-                                             _mm512_loadu_ps(h + (i * hc + c) * D + d)));
-    _mm512_storeu_ps(y + i * D + d, bf16_round16(acc));
-  }
-  return d;
-}
-void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y) {
-  const bool v512 = kernels::avx512_active();
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t d = v512 ? hc_pre_avx512(h, pre, i, hc, D, y) : 0; d < D; ++d) {
-      float acc = 0.0f;
-      for (int c = 0; c < hc; ++c) acc += pre[i * hc + c] * h[(i * hc + c) * D + d];
-      y[i * D + d] = round_to_bf16(acc);
-    }
-}
-
-// h[s, j, d] <- bf16(post[j] * f[d] + sum_i comb[i, j] * h[s, i, d])  (Block.hc_post)
-__attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f, float pj, const float* cb,
-                                                        const float* res, int hc, int j,
-                                                        int64_t D, float* out) {
-  int64_t d = 0;
-  for (; d + 16 <= D; d += 16) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < hc; ++i)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(cb[i * hc + j]),
-                                             _mm512_loadu_ps(res + i * D + d)));
-    const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(pj), _mm512_loadu_ps(f + d)), acc);
-    _mm512_storeu_ps(out + d, bf16_round16(t));
-  }
-  return d;
-}
-#pragma GCC diagnostic pop
-
-void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h) {
-  const bool v512 = kernels::avx512_active();
-  thread_local Scratch<float> s_res;
-  float* const res = s_res.get(hc * D);  // a copy of each token's streams, written whole
-  for (int64_t s = 0; s < S; ++s) {
-    float* hs = h + s * hc * D;
-    std::copy_n(hs, hc * D, res);
-    const float* cb = comb + s * hc * hc;
-    for (int j = 0; j < hc; ++j) {
-      const float pj = post[s * hc + j];
-      int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res, hc, j, D, hs + j * D) : 0;
-      for (; d < D; ++d) {
-        float acc = 0.0f;
-        for (int i = 0; i < hc; ++i) acc += cb[i * hc + j] * res[i * D + d];
-        hs[j * D + d] = round_to_bf16(pj * f[s * D + d] + acc);
-      }
-    }
-  }
-}
 
 }  // namespace
 
@@ -175,7 +80,7 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
     m->engram_hasher_.emplace(std::move(hasher));
   }
 
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < c.total_layers(); ++l) {
     const LayerSchedule& ls = c.layers[l];
     m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,
                           c.rope_factor, c.beta_fast, c.beta_slow);
@@ -292,6 +197,10 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   std::vector<float> pre_prev(S * hc, 0.0f);
   for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
 
+  // DSpark main_hidden rows [S, n_targets * D] (the tapped block inputs), when drafting.
+  const int64_t n_taps = has_dspark() ? static_cast<int64_t>(cf.dspark_target_layer_ids.size()) : 0;
+  std::vector<float> main_hidden(S * n_taps * D);
+  int tap_slot = 0;
   std::vector<float> preA(S * hc), postA(S * hc), combA(S * hc * hc);
   std::vector<float> preF(S * hc), postF(S * hc), combF(S * hc * hc);
   std::vector<float> x(S * D), xn(S * D), f(S * D);
@@ -315,6 +224,16 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
       engram(L, c);
       dump(ln + "engram_out", c.h.data(), {S, hc, D});
     }
+    if (n_taps > 0 && ls.dspark_tap) {
+      // h.mean(dim=2) of the bf16 streams: fp32 sum over the streams in order, / hc, bf16.
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.0f;
+          for (int ch = 0; ch < hc; ++ch) acc += c.h[(i * hc + ch) * D + d];
+          main_hidden[(i * n_taps + tap_slot) * D + d] = round_to_bf16(acc / static_cast<float>(hc));
+        }
+      ++tap_slot;
+    }
     // One sublayer's mHC steps (each a --breakdown phase): its mixes (pre/post/comb), and
     // the input collapsed with `pre` then normalized into xn.
     //
@@ -325,7 +244,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     // nothing writes it before the post.
     auto mixes = [&](const V41MhcWeights& w, float* pre, float* post, float* comb) {
       auto run = [&c, &w, &cf, S, hc, D, pre, post, comb](ThreadPool* pool) {
-        hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+        v41::hc_mixes(c.h.data(), S, hc * D, w, hc, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
                  pre, post, comb, c.vrows, pool);
       };
       if (async_mixes) {
@@ -345,12 +264,12 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     };
     auto collapse = [&](const float* pre, const TensorView& norm) {
       profile::PhaseScope phase("mhc: pre + rms norm");
-      hc_pre(c.h.data(), pre, S, hc, D, x.data());
+      v41::hc_pre(c.h.data(), pre, S, hc, D, x.data());
       v41::rms_norm(x.data(), S, D, &norm, cf.norm_eps, xn.data());
     };
     auto post = [&](const float* post_mix, const float* comb) {
       profile::PhaseScope phase("mhc: post");
-      hc_post(f.data(), post_mix, comb, S, hc, D, c.h.data());
+      v41::hc_post(f.data(), post_mix, comb, S, hc, D, c.h.data());
     };
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
@@ -371,7 +290,12 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
     pre_prev = preF;
   }
-  hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
+  if (n_taps > 0) {
+    STRATA_CHECK(tap_slot == n_taps);
+    profile::PhaseScope phase("dspark: stage rings");
+    write_dspark_rings(c, main_hidden.data());
+  }
+  v41::hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
   v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
   dump("final_norm_out", xn.data(), {S, D});
   const int64_t V = cf.vocab_size;

@@ -86,6 +86,17 @@ struct V41ForwardOptions {
   int64_t prompt_len = 0;
 };
 
+// One DSpark draft block (reference Transformer.forward_spec at start_pos P, V4.1 DSpark;
+// spec docs spec-tiers.md §1.1).
+struct V41DsparkDraft {
+  std::vector<int32_t> ids;        // [block + 1]: ids[0] the input token t_{P+1}, then the
+                                   // drafts for positions P+2 .. P+1+block (greedy)
+  std::vector<float> logits;       // [block, vocab] fp32, Markov bias added
+  std::vector<float> confidence;   // [block] raw confidence logits (sigmoid = p(accept))
+  // moe[stage][row]: the expert ids each stage's gate picked per block row (top-k order).
+  std::vector<std::vector<std::vector<int32_t>>> moe;
+};
+
 struct V41LoadOptions {
   // Engram compressed-token map: a file (safetensors "engram.token_map" or JSON array)
   // injected instead of building it from the model's tokenizer.json.
@@ -137,8 +148,30 @@ class DeepseekV41Model {
   }
 
   // Runs `tokens` for `seq` and advances it. logits: [vocab] (last token) or [n, vocab].
+  // With DSpark stages loaded (has_dspark()), every forward also writes each stage's window
+  // ring for its rows (spec-tiers.md §1.1 "prefill seeds the ring", "decode writes
+  // ring[s0 mod W]"): main_x = main_norm(main_proj(main_hidden)), main_hidden the bf16 mean
+  // of the hc streams entering each dspark_target_layer_ids layer, then per stage
+  // QDQ_fp8(RoPE(kv_norm(wkv(main_x)))) at the row's position. Rows are independent, so the
+  // rings are a function of the prefix like every other state kind (prefix hits, chunking and
+  // recompute restore them with the other rings).
   Status forward(V41SequenceState* seq, std::span<const int32_t> tokens,
                  const V41ForwardOptions& options, std::vector<float>* logits) const;
+
+  // True when the checkpoint's DSpark stages are loaded (config dspark_block_size > 0).
+  bool has_dspark() const;
+  int dspark_block_size() const { return has_dspark() ? config_.dspark_block_size : 0; }
+  // The DSpark draft after the committed prefix of `seq` (positions [0, P], P =
+  // seq.length() - 1 >= 1) given the target's next token `token` (t_{P+1}, not yet in any
+  // cache): the 3 stages over [token, noise x (block-1)] at positions P+1.., attending to
+  // their rings (slots [0, min(W, P+1)) in slot order, then the block's own rows,
+  // bidirectionally), the tied head, the sequential Markov refinement (greedy) and the
+  // confidence head -- reference model.py DSparkAttention / DSparkBlock.forward_head /
+  // Transformer.forward_spec. Reads `seq`, changes nothing. The block's rows are laid out as
+  // the reference's one block-sized call (CallRows::reference(0, block)) in every call shape.
+  // Errors: FailedPrecondition without DSpark stages or when P < 1 (the reference's
+  // get_dspark_topk_idxs needs start_pos > 0); InvalidArgument for a token out of range.
+  Status dspark_draft(const V41SequenceState& seq, int32_t token, V41DsparkDraft* out) const;
 
  private:
   DeepseekV41Model() = default;
@@ -152,6 +185,11 @@ class DeepseekV41Model {
   // together with the attention's wq_b (one dispatch); RoPE and FP4 QDQ are applied to it in
   // place.
   void indexer(int layer, const float* x, float* q, Ctx& c) const;
+  // DSpark (v41_dspark.cc): the stage rings of a call's rows, from the tapped main_hidden
+  // [S, n_targets * dim]; one stage's attention over its ring + the draft block.
+  void write_dspark_rings(Ctx& c, const float* main_hidden) const;
+  void dspark_attention(int layer, const float* x, const V41SequenceState& seq, int64_t P,
+                        Ctx& c, float* out) const;
   // MoE (v41_moe.cc).
   void moe(int layer, const float* x, Ctx& c, float* out) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
@@ -172,7 +210,7 @@ class DeepseekV41Model {
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   std::unique_ptr<DeepseekV41Weights> weights_;
   std::optional<EngramHasher> engram_hasher_;
-  std::vector<v41::RopeTable> rope_;  // per backbone layer
+  std::vector<v41::RopeTable> rope_;  // per layer id (backbone, then draft stages)
   int64_t max_context_ = 0;
   int64_t min_parallel_attention_macs_ = int64_t{1} << 16;
   std::optional<StateGraph> state_graph_;

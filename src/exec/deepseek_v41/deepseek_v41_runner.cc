@@ -92,6 +92,22 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
   return deepseek_golden_forward(*model_, *seq_, tokens, start_pos, opt);
 }
 
+StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_t next) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
+  if (!it->second.state || !it->second.pending.empty())
+    return failed_precondition("sequence {} has tokens not yet computed", seq.value);
+  V41DsparkDraft d;
+  STRATA_RETURN_IF_ERROR(model_->dspark_draft(*it->second.state, next, &d));
+  return std::vector<int32_t>(d.ids.begin() + 1, d.ids.end());
+}
+
+StatusOr<GoldenDraft> DeepseekV41GoldenTarget::draft(int32_t token) {
+  V41DsparkDraft d;
+  STRATA_RETURN_IF_ERROR(model_->dspark_draft(*seq_, token, &d));
+  return GoldenDraft{std::move(d.ids), std::move(d.logits), std::move(d.confidence)};
+}
+
 StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_v41_golden_target(const std::string& dir,
                                                                         int threads,
                                                                         CallShape shape) {

@@ -43,6 +43,9 @@ class DeepseekV41Runner
   // Weights touched by one decode token (dense + n_activated routed experts per layer +
   // embedding row + LM head) plus state read at length `len` (deepseek_v41_decode_bytes.cc).
   int64_t decode_bytes_read(int64_t len) const override;
+  // DSpark (DeepseekV41Model::dspark_draft) when the checkpoint has the stages.
+  int draft_block_size() const override { return model_->dspark_block_size(); }
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) override;
 
  private:
   DeepseekV41Runner() = default;
@@ -85,6 +88,9 @@ class DeepseekV41GoldenTarget : public GoldenTarget {
   // for a GoldenTarget hook the validator would call per case.
   void set_prompt_length(int64_t n) override { prompt_len_ = n; }
   StatusOr<GoldenStepOutput> forward(std::span<const int32_t> tokens, int64_t start_pos) override;
+  // The DSpark draft (DeepseekV41Model::dspark_draft) when the checkpoint has the stages.
+  bool has_draft() const override { return model_->has_dspark(); }
+  StatusOr<GoldenDraft> draft(int32_t token) override;
   const DeepseekV41Model& model() const { return *model_; }
 
  private:
