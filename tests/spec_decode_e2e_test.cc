@@ -100,6 +100,8 @@ TEST_P(SpecDecodeFamilies, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
     const Out s = run(model, ngram_config(k), 2, greedy_params(24));
     EXPECT_EQ(s.tokens, plain.tokens) << model << " k " << k;
     EXPECT_GT(s.stats.spec_decode_num_draft_tokens, 0) << "no drafts proposed";
+    // Every family cuts its state back: no rollback recomputes.
+    EXPECT_EQ(s.stats.spec_decode_rollback_recomputes, 0) << model << " k " << k;
     for (int j = 1; j <= k; j += (model == "stories260K" ? 1 : 3)) {
       EXPECT_EQ(run(model, ngram_config(k, j), 2, greedy_params(24)).tokens, plain.tokens)
           << model << " k " << k << " forced reject at " << j;
@@ -142,6 +144,7 @@ TEST(SpecDecodeDspark, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
     const Out s = run(model, dspark_config(k), 2, greedy_params(20));
     EXPECT_EQ(s.tokens, plain.tokens) << "k " << k;
     EXPECT_GT(s.stats.spec_decode_num_draft_tokens, 0) << "no drafts proposed";
+    EXPECT_EQ(s.stats.spec_decode_rollback_recomputes, 0) << "k " << k;
     for (int j = 1; j <= k; j += 2)
       EXPECT_EQ(run(model, dspark_config(k, j), 2, greedy_params(20)).tokens, plain.tokens)
           << "k " << k << " forced reject at " << j;
@@ -367,8 +370,15 @@ namespace {
 // Llama rollback at every boundary: a sequence that fed k rejected tokens after position L
 // and was cut back to L + 1 gives, for every later position, logits == a cold run's (the
 // same bits), for cuts around the 16-token unit (+-1, odd and even) and widths 1, 4, 7.
-TEST(SpecDecodeLlama, TruncatedStateGivesColdLogitsAtEveryBoundary) {
-  auto runner = testing::fresh_runner("stories260K");
+// Every family cuts its state back without recompute (Llama its KV; V4.1 / V4 their paged
+// rows plus the undo record of rings, compressor tails, DSpark rings and Engram history): after
+// a verify of the next real token(s) and wrong drafts, truncating to the accepted length and
+// feeding the rest gives logits equal to a cold run at every later position -- across window,
+// compression-group and prefix-unit boundaries, widths 1/4/7, accepts 0 and k/2.
+class SpecTruncate : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SpecTruncate, TruncatedStateGivesColdLogitsAtEveryBoundary) {
+  auto runner = testing::fresh_runner(GetParam());
   ASSERT_TRUE(runner);
   const int64_t V = runner->info().vocab_size;
   std::vector<int32_t> real(60);
@@ -381,31 +391,68 @@ TEST(SpecDecodeLlama, TruncatedStateGivesColdLogitsAtEveryBoundary) {
     ASSERT_TRUE(runner->step({&it, 1}, &cold).ok());
     runner->release_sequence(SeqId{1});
   }
+  const auto baseline = runner->cache_usage();
   int64_t id = 100;
   for (int64_t L : {1, 2, 14, 15, 16, 17, 30, 31, 32, 33, 47, 48}) {
     for (int64_t k : {1, 4, 7}) {
-      const SeqId seq{id++};
-      ASSERT_TRUE(runner->add_sequence(seq).ok());
-      std::vector<float> rows;
-      StepItem a{seq, std::span<const int32_t>(real).first(L), true};
-      ASSERT_TRUE(runner->step({&a, 1}, &rows).ok());
-      std::vector<int32_t> verify = {real[L]};  // the next real token, then k wrong drafts
-      for (int64_t j = 0; j < k; ++j) verify.push_back(static_cast<int32_t>((real[L + 1 + j] + 1) % V));
-      StepItem b{seq, verify, true, -1, true};
-      ASSERT_TRUE(runner->step({&b, 1}, &rows).ok());
-      ASSERT_TRUE(runner->truncate_sequence(seq, L + 1).ok()) << "L " << L << " k " << k;
-      ASSERT_EQ(runner->sequence_length(seq), L + 1);
-      StepItem c{seq, std::span<const int32_t>(real).subspan(L + 1), true, -1, true};
-      ASSERT_TRUE(runner->step({&c, 1}, &rows).ok());
-      ASSERT_EQ(static_cast<int64_t>(rows.size()), (N - L - 1) * V);
-      // Row r of the resumed step is position L + 1 + r of the cold run.
-      EXPECT_TRUE(std::equal(rows.begin(), rows.end(), cold.begin() + (L + 1) * V))
-          << "L " << L << " k " << k;
-      runner->release_sequence(seq);
+      for (int64_t a : {int64_t{0}, k / 2}) {
+        const SeqId seq{id++};
+        ASSERT_TRUE(runner->add_sequence(seq).ok());
+        std::vector<float> rows;
+        StepItem first{seq, std::span<const int32_t>(real).first(L), true};
+        ASSERT_TRUE(runner->step({&first, 1}, &rows).ok());
+        // The next real token, a right drafts, then wrong ones (k drafts in all).
+        std::vector<int32_t> verify(real.begin() + L, real.begin() + L + 1 + a);
+        for (int64_t j = a; j < k; ++j) verify.push_back(static_cast<int32_t>((real[L + 1 + j] + 1) % V));
+        StepItem b{seq, verify, true, -1, true};
+        ASSERT_TRUE(runner->step({&b, 1}, &rows).ok());
+        const int64_t keep = L + 1 + a;
+        Status st = runner->truncate_sequence(seq, keep);
+        ASSERT_TRUE(st.ok()) << GetParam() << " L " << L << " k " << k << ": " << st.to_string();
+        ASSERT_EQ(runner->sequence_length(seq), keep);
+        StepItem c{seq, std::span<const int32_t>(real).subspan(keep), true, -1, true};
+        ASSERT_TRUE(runner->step({&c, 1}, &rows).ok());
+        ASSERT_EQ(static_cast<int64_t>(rows.size()), (N - keep) * V);
+        // Row r of the resumed step is position keep + r of the cold run.
+        EXPECT_TRUE(std::equal(rows.begin(), rows.end(), cold.begin() + keep * V))
+            << GetParam() << " L " << L << " k " << k << " a " << a;
+        runner->release_sequence(seq);
+      }
     }
   }
-  EXPECT_EQ(runner->cache_usage().at(0).used_bytes, 0);
+  const auto after = runner->cache_usage();
+  ASSERT_EQ(after.size(), baseline.size());
+  for (size_t i = 0; i < after.size(); ++i)
+    if (after[i].kind.find("prefix_cache") == std::string::npos)
+      EXPECT_EQ(after[i].used_bytes, baseline[i].used_bytes) << after[i].kind;
 }
+
+// A cut the undo record does not cover (no verify before it, or below the verify's start) is
+// refused with nothing changed; the scheduler's recompute path stays the fallback.
+TEST(SpecTruncateDeepseek, UncoveredCutIsRefused) {
+  auto runner = testing::fresh_runner("deepseek-v41-tiny");
+  ASSERT_TRUE(runner);
+  const std::vector<int32_t> ids = {5, 9, 11, 13, 17, 19, 23, 29};
+  ASSERT_TRUE(runner->add_sequence(SeqId{3}).ok());
+  std::vector<float> rows;
+  StepItem a{SeqId{3}, ids, true};
+  ASSERT_TRUE(runner->step({&a, 1}, &rows).ok());
+  Status st = runner->truncate_sequence(SeqId{3}, 4);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.to_string();
+  EXPECT_EQ(runner->sequence_length(SeqId{3}), 8);
+  EXPECT_EQ(runner->truncate_sequence(SeqId{3}, 9).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner->truncate_sequence(SeqId{4}, 1).code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> v = {31, 37, 41};
+  StepItem b{SeqId{3}, v, true, -1, true};
+  ASSERT_TRUE(runner->step({&b, 1}, &rows).ok());
+  EXPECT_EQ(runner->truncate_sequence(SeqId{3}, 7).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(runner->sequence_length(SeqId{3}), 11);
+  EXPECT_TRUE(runner->truncate_sequence(SeqId{3}, 9).ok());
+  EXPECT_EQ(runner->sequence_length(SeqId{3}), 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SpecTruncate,
+                         ::testing::Values("stories260K", "deepseek-v41-tiny", "deepseek-v4flash-tiny"));
 
 }  // namespace
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "exec/deepseek_v41/v41_sequence_state.h"
 #include "exec/deepseek_v4/v4_sequence_state.h"
+#include "state/cache_manager.h"
 #include "state/handoff.h"
 
 namespace strata {
@@ -163,6 +164,8 @@ Status DeepseekCacheRunner<Model, State, Options>::step(std::span<const StepItem
     Seq& s = seqs_.at(it.seq);
     const int64_t n = static_cast<int64_t>(it.tokens.size());
     const int64_t pos0 = s.state->length();
+    // A verify keeps the bytes its steps replace in ring / fixed rows (truncate_sequence).
+    cm_->manager()->record_undo(it.seq.value, it.all_logits && it.want_logits);
     int64_t done = 0;
     while (done < n) {
       int64_t c = cm_->suggest_chunk(it.seq.value, n - done);
@@ -196,6 +199,22 @@ Status DeepseekCacheRunner<Model, State, Options>::step(std::span<const StepItem
     if (it.want_logits && !it.all_logits) logits->insert(logits->end(), row.begin(), row.end());
     ++advanced;
   }
+  return ok_status();
+}
+
+template <class Model, class State, class Options>
+Status DeepseekCacheRunner<Model, State, Options>::truncate_sequence(SeqId seq, int64_t new_len) {
+  auto f = seqs_.find(seq);
+  if (f == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
+  Seq& s = f->second;
+  if (!s.state || !s.pending.empty())
+    return failed_precondition("sequence {} has tokens not yet computed", seq.value);
+  if (new_len <= 0 || new_len > s.state->length())
+    return invalid_argument("sequence {}: cannot truncate {} positions to {}", seq.value,
+                            s.state->length(), new_len);
+  if (new_len == s.state->length()) return ok_status();
+  STRATA_RETURN_IF_ERROR(cm_->manager()->truncate(seq.value, new_len));
+  s.state->truncate_length(new_len);
   return ok_status();
 }
 

@@ -4,6 +4,7 @@
 // sequences, with the prefix cache; each sequence is a State (V41SequenceState /
 // V4SequenceState) on the external-manager backend.
 //
+// truncate_sequence(seq, n) rolls a speculative verify back (see its comment).
 // step() computes every item's tokens in the canonical numeric form (exec/call_shape.h) at
 // the sequence's current length; items are independent, so a sequence's logits depend on its
 // own tokens only (not its batch neighbours, chunking, prefix hits or recompute). An item is
@@ -54,6 +55,12 @@ class DeepseekCacheRunner : public ModelRunner {
   Status step(std::span<const StepItem> items, std::vector<float>* logits) override;
   std::vector<CacheUsage> cache_usage() const override;
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  // Speculative rollback without recompute: a verify item (all_logits) is computed with the
+  // manager's undo record on (CacheManager::record_undo), so the rings, compressor tails and
+  // Engram history go back to position new_len - 1 exactly (CacheManager::truncate) and the
+  // paged rows past new_len are cut. Unimplemented when no verify record covers new_len (the
+  // scheduler then recomputes from the prefix cache); FailedPrecondition with tokens pending.
+  Status truncate_sequence(SeqId seq, int64_t new_len) override;
   int64_t prefix_alignment() const override;
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override;
   // Paged rows of one unit (graph formulas) + the boundary snapshot stored at every unit

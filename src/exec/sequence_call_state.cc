@@ -109,6 +109,11 @@ void SequenceCallState::write_index_key(int owner, int64_t g, const float* x) {
   append_row(legacy_rows_[owner].index_keys, g, index_head_dim_, x);
 }
 
+void SequenceCallState::truncate_length(int64_t n) {
+  STRATA_CHECK_MSG(n > 0 && n <= length_, "truncate_length {} of {}", n, length_);
+  length_ = n;
+}
+
 Status SequenceCallState::check_call(std::span<const int32_t> tokens, int64_t vocab,
                                      int64_t max_context) const {
   const int64_t S = static_cast<int64_t>(tokens.size());

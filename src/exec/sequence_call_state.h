@@ -38,6 +38,9 @@ class SequenceCallState {
   int64_t cache_seq() const { return seq_; }
 
   int64_t length() const { return length_; }
+  // External-manager backend, after CacheManager::truncate(seq, n) cut the rows back: the
+  // state now holds positions [0, n) (0 < n <= length). CHECKs outside a call.
+  void truncate_length(int64_t n);
   // The checks both DeepSeek forwards make before a call: InvalidArgument for no tokens or a
   // token id outside [0, vocab), OutOfRange when length + n exceeds max_context. Nothing
   // changes.

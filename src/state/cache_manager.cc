@@ -62,6 +62,16 @@ struct CacheManager::Seq {
   bool pending_release = false;
   int64_t published = 0;                     // full units published to the prefix cache
   uint64_t last_key = 0;                     // chain key of unit `published - 1`
+  int64_t step_start = 0;                    // first position of the step in flight / last
+  // Undo record of ring / fixed rows (record_undo): the bytes a step [start, end) replaced.
+  struct Undo {
+    OwnerId owner = -1;
+    int64_t row = 0, start = 0, end = 0;
+    std::vector<uint8_t> bytes;
+  };
+  bool undo_on = false;
+  int64_t undo_from = 0;
+  std::vector<Undo> undo;
 };
 
 struct CacheManager::Entry {
@@ -389,8 +399,18 @@ Status CacheManager::truncate(CacheSeqId seq, int64_t new_len) {
   STRATA_CHECK_MSG(!s.in_flight, "truncate of sequence {} during a step", seq);
   STRATA_CHECK_MSG(new_len > 0 && new_len <= s.computed, "truncate of sequence {} to {} of {}",
                    seq, new_len, s.computed);
-  if (I.any_ringfixed)
-    return Status(StatusCode::kUnimplemented, "ring / fixed state cannot be cut back");
+  if (new_len == s.computed) return ok_status();
+  if (I.any_ringfixed) {
+    if (!s.undo_on || new_len < s.undo_from)
+      return Status(StatusCode::kUnimplemented,
+                    fmt::format("ring / fixed state of sequence {} cannot be cut back to {}: no "
+                                "undo record covers it", seq, new_len));
+    for (const Seq::Undo& u : s.undo)
+      if (u.start < new_len && u.end > new_len)
+        return Status(StatusCode::kUnimplemented,
+                      fmt::format("sequence {}: the step [{}, {}) straddles {}", seq, u.start,
+                                  u.end, new_len));
+  }
   // Copies first (the only step that can fail), then the cuts.
   std::vector<int64_t> copies(I.pools.size(), 0);
   for (OwnerId oid : I.paged_owners) {
@@ -404,6 +424,14 @@ Status CacheManager::truncate(CacheSeqId seq, int64_t new_len) {
     if (I.pools[p].num_free() < copies[p])
       return Status(StatusCode::kResourceExhausted,
                     fmt::format("truncate: {} blocks to copy, {} free", copies[p], I.pools[p].num_free()));
+  // Ring / fixed rows back as they were after position new_len - 1, newest change first.
+  while (!s.undo.empty() && s.undo.back().start >= new_len) {
+    const Seq::Undo& u = s.undo.back();
+    BlockPool& pool = I.pools[I.pool_of[u.owner]];
+    std::memcpy(pool.row(s.tables[u.owner][0], u.row % pool.rows_per_block()), u.bytes.data(),
+                u.bytes.size());
+    s.undo.pop_back();
+  }
   for (OwnerId oid : I.paged_owners) {
     BlockPool& pool = I.pools[I.pool_of[oid]];
     std::vector<BlockId>& table = s.tables[oid];
@@ -509,6 +537,7 @@ void CacheManager::commit(const StepPlan& plan) {
       s.last_key = key;
     }
     STRATA_CHECK(s.computed == sp.start_pos);
+    s.step_start = sp.start_pos;
     const int64_t end = sp.start_pos + sp.num_tokens;
     for (OwnerId oid : I.paged_owners) {
       const auto& o = owners[oid];
@@ -637,22 +666,48 @@ struct RowLoc {
                    "seq {} owner {}: row {} not allocated", SEQ, OWNER, ROW);                  \
   RowLoc LOC{&pool_, tab_[blk_], r_};
 
-void CacheManager::write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x) {
+void CacheManager::store_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes) {
   STRATA_ROW_LOC(seq, owner, row, loc);
   STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
                    "write into shared block (seq {}, {} row {}): shared blocks are immutable",
                    seq, graph_.owner(owner).label, row);
-  encode_state_row(graph_.owner(owner).spec, x, loc.pool->row(loc.block, loc.row));
+  uint8_t* dst = loc.pool->row(loc.block, loc.row);
+  const size_t n = static_cast<size_t>(graph_.owner(owner).spec.row_bytes);
+  Seq& s = const_cast<Seq&>(sit_->second);
+  if (s.undo_on && !I_.paged[owner] && std::memcmp(dst, bytes, n) != 0)
+    s.undo.push_back({owner, row, s.step_start, s.computed, std::vector<uint8_t>(dst, dst + n)});
+  std::memcpy(dst, bytes, n);
+}
+
+void CacheManager::write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x) {
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(static_cast<size_t>(graph_.owner(owner).spec.row_bytes));
+  encode_state_row(graph_.owner(owner).spec, x, buf.data());
+  store_row(seq, owner, row, buf.data());
 }
 
 void CacheManager::write_raw_row(CacheSeqId seq, OwnerId owner, int64_t row,
                                  const uint8_t* bytes) {
-  STRATA_ROW_LOC(seq, owner, row, loc);
-  STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
-                   "write into shared block (seq {}, {} row {}): shared blocks are immutable",
-                   seq, graph_.owner(owner).label, row);
-  std::memcpy(loc.pool->row(loc.block, loc.row), bytes,
-              static_cast<size_t>(graph_.owner(owner).spec.row_bytes));
+  store_row(seq, owner, row, bytes);
+}
+
+void CacheManager::record_undo(CacheSeqId seq, bool on) {
+  auto it = impl_->seqs.find(seq);
+  STRATA_CHECK_MSG(it != impl_->seqs.end(), "record_undo of unknown sequence {}", seq);
+  Seq& s = it->second;
+  STRATA_CHECK_MSG(!s.in_flight, "record_undo of sequence {} during a step", seq);
+  s.undo.clear();
+  s.undo.shrink_to_fit();
+  s.undo_on = on;
+  s.undo_from = s.computed;
+}
+
+int64_t CacheManager::undo_bytes(CacheSeqId seq) const {
+  auto it = impl_->seqs.find(seq);
+  if (it == impl_->seqs.end()) return 0;
+  int64_t b = 0;
+  for (const Seq::Undo& u : it->second.undo) b += static_cast<int64_t>(u.bytes.size());
+  return b;
 }
 
 void CacheManager::read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* out) const {

@@ -149,15 +149,27 @@ class CacheManager {
   // Drops everything the sequence holds (finish, cancel, preempt). A preempted request is
   // re-added with add_sequence and may hit its own published prefix.
   void release(CacheSeqId seq);
-  // Speculative rollback of a graph with growing owners only (plain KV): the sequence keeps
-  // positions [0, new_len) (0 < new_len <= num_computed; its known ids are cut there too).
-  // Blocks past them are unreferenced; a kept last block that is partly past new_len and
-  // shared (published by the step that wrote the rejected rows) is replaced by a copy, so
-  // the cache entry -- valid state for the ids it was keyed by -- is never overwritten.
-  // Units published past new_len stay in the cache; the sequence republishes from new_len.
-  // Errors: Unimplemented (ring / fixed owners: their rows cannot be cut back),
-  // ResourceExhausted (no free block for a copy; nothing changed). Not during a step.
+  // Speculative rollback: the sequence keeps positions [0, new_len) (0 < new_len <=
+  // num_computed; its known ids are cut there too). Growing owners: blocks past them are
+  // unreferenced; a kept last block that is partly past new_len and shared (published by the
+  // step that wrote the rejected rows) is replaced by a copy, so the cache entry -- valid
+  // state for the ids it was keyed by -- is never overwritten. Units published past new_len
+  // stay in the cache; the sequence republishes from new_len. Ring / fixed owners (window
+  // rings, compressor tails, Engram history): their rows are put back from the undo record
+  // (record_undo) of the steps that computed positions >= new_len, newest first, so every
+  // row holds what it held after position new_len - 1 was computed.
+  // Errors (nothing changed): Unimplemented when ring / fixed rows were written past new_len
+  // without an undo record (not recording, recording started after new_len, or a recorded
+  // step straddles new_len), ResourceExhausted (no free block for a copy). Not during a step.
   Status truncate(CacheSeqId seq, int64_t new_len);
+  // Undo record of ring / fixed state for truncate(): on = from now (num_computed) on, every
+  // step of `seq` keeps the previous bytes of each ring / fixed row it changes; off = stop and
+  // drop the record. Turning it on again starts a fresh record. Costs one row copy per changed
+  // row (a speculative verify of k+1 one-token steps: about k+1 rows per ring owner plus the
+  // fixed rows each step rewrites). Released with the sequence.
+  void record_undo(CacheSeqId seq, bool on);
+  // Bytes held by `seq`'s undo record (tests, metrics).
+  int64_t undo_bytes(CacheSeqId seq) const;
 
   // Tokens a new sequence with these ids would get from the prefix cache right now (the hit
   // plan_step would plan for its first step: whole units, at most tokens.size()-1). Pure.
@@ -225,6 +237,8 @@ class CacheManager {
   int64_t total_blocks() const;
 
  private:
+  // write_row / write_raw_row: CHECKs, the undo record, then the serving-format bytes.
+  void store_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes);
   struct Seq;
   struct Entry;
   struct Lease;

@@ -755,6 +755,72 @@ TEST(CacheManagerTruncate, CutsBackAndCopiesAPublishedBlock) {
   EXPECT_EQ(cm.total_free_blocks(), cm.total_blocks());
 }
 
+// Ring / fixed rows (window ring, compressor tail, Engram history) go back through the undo
+// record: after one-token steps past the cut with rows changed, truncate restores exactly
+// the bytes each row had after position new_len - 1; rows the record did not cover refuse.
+TEST(CacheManagerTruncate, UndoRecordRestoresRingAndFixedRows) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  ASSERT_TRUE(g.ok());
+  CacheManager cm(*g, CacheOptions{.block_tokens = 8, .max_seqs = 1, .max_tokens = 256});
+  const OwnerId win = g->find_owner(StateKind::kWindowKv, 3);
+  const OwnerId eng = g->find_owner(StateKind::kEngramHistory, -1);
+  const int64_t we = g->owner(win).spec.row_elems;
+  std::vector<int32_t> toks(30, 5);
+  cm.add_sequence(1, toks);
+  std::map<std::pair<int64_t, float>, std::vector<float>> stored;  // (pos, tag) -> row read back
+  auto step = [&](int64_t n, float tag) {
+    StepPlan p = cm.plan_step({{1, n}});
+    ASSERT_EQ(p.outcome, PlanOutcome::kOk);
+    cm.commit(p);
+    const int64_t end = cm.num_computed(1);
+    for (int64_t pos = end - n; pos < end; ++pos) {
+      std::vector<float> row(we);
+      for (int64_t e = 0; e < we; ++e) row[e] = std::sin(0.37f * static_cast<float>(pos * we + e) + tag);
+      cm.write_row(1, win, pos, row.data());
+      cm.read_window_row(1, 3, pos, row.data());
+      stored[{pos, tag}] = row;
+      const int32_t h[3] = {static_cast<int32_t>(pos), static_cast<int32_t>(pos) + 1, 7};
+      cm.set_engram_history(1, h);
+    }
+    cm.finish_step(p);
+  };
+  step(20, 0.0f);
+  // Without a record, the cut is refused and nothing changes.
+  EXPECT_EQ(cm.truncate(1, 20).code(), StatusCode::kOk);  // the current length: nothing to cut
+  EXPECT_EQ(cm.truncate(1, 19).code(), StatusCode::kUnimplemented);
+  cm.record_undo(1, true);
+  for (int i = 0; i < 5; ++i) step(1, 64.0f);  // positions 20..24 (a verify's one-token steps)
+  EXPECT_GT(cm.undo_bytes(1), 0);
+  // A cut below the record's start is refused.
+  EXPECT_EQ(cm.truncate(1, 19).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(cm.num_computed(1), 25);
+  // Keep 20..21 (two accepted): slots of 22..24 back to positions 6..8, history as after 21.
+  ASSERT_TRUE(cm.truncate(1, 22).ok());
+  EXPECT_EQ(cm.num_computed(1), 22);
+  std::vector<float> after(16 * we);
+  cm.read_window(1, 3, after.data());
+  for (int64_t slot = 0; slot < 16; ++slot) {
+    const int64_t pos = slot < 6 ? 16 + slot : slot;  // newest position <= 21 in this slot
+    const std::vector<float>& want = stored.at({pos, pos >= 20 ? 64.0f : 0.0f});
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), after.begin() + slot * we)) << slot;
+  }
+  int32_t hist[3];
+  cm.get_engram_history(1, hist);
+  EXPECT_EQ(hist[0], 21);
+  EXPECT_EQ(hist[1], 22);
+  (void)eng;
+  // Multi-token steps recorded: a cut inside one is refused.
+  cm.record_undo(1, true);
+  cm.append_tokens(1, {5, 5, 5, 5});  // truncate cut the known ids too
+  step(4, 64.0f);  // positions 22..25 in one step
+  EXPECT_EQ(cm.truncate(1, 24).code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(cm.truncate(1, 22).ok());
+  cm.record_undo(1, false);
+  EXPECT_EQ(cm.undo_bytes(1), 0);
+  cm.release(1);
+  cm.check_invariants();
+}
+
 TEST(CacheManagerTruncate, RingOrFixedStateIsUnimplemented) {
   auto g = StateGraph::from_deepseek(tiny_v41());
   ASSERT_TRUE(g.ok());
