@@ -105,3 +105,48 @@ TEST(GenerateCli, UncoveredPromptWarningOnlyWhenItApplies) {
 
 }  // namespace
 }  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+
+// `generate --speculative-config`: the same output as without it (seeded sampling on
+// stories260K, greedy ids on V4.1 with DSpark and V4 with n-gram); configs the model cannot
+// run are usage errors.
+TEST(GenerateSpeculativeCli, SameOutputAsWithout) {
+  const std::string stories = src_dir() + "/models/stories260K";
+  const std::string v41 = src_dir() + "/models/deepseek-v41-tiny";
+  const std::string ngram = R"('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1}')";
+  struct Run {
+    std::string args, config;
+  };
+  for (const Run& r : std::vector<Run>{
+           {"generate --model " + stories + " -n 150 -s 11 --output-ids 'Once upon a time'", ngram},
+           {"generate --model " + stories + " -n 150 -t 0 --output-ids 'Lily saw a cat'", ngram},
+           {"generate --model " + v41 + " -n 24 -t 0 --output-ids --prompt-ids 5,9,11,13,2,17",
+            R"('{"method":"dspark","num_speculative_tokens":5}')"},
+           {"generate --model " + v41 + " -n 24 -t 0.8 -s 3 --output-ids --prompt-ids 5,9,11,13,2,17",
+            R"('{"method":"dspark","num_speculative_tokens":2}')"},
+           {"generate --model " + v4_dir() + " -n 24 -t 0 --prompt-ids 7,8,9,7,8,9,7,8", ngram}}) {
+    std::string plain, spec;
+    ASSERT_EQ(run_strata(r.args, &plain), 0) << r.args;
+    ASSERT_EQ(run_strata(r.args + " --speculative-config " + r.config, &spec), 0) << r.args;
+    const std::vector<int32_t> ids = last_line_ids(plain);
+    EXPECT_FALSE(ids.empty()) << plain;
+    EXPECT_EQ(last_line_ids(spec), ids) << r.args;
+    EXPECT_EQ(spec, plain) << r.args;
+  }
+  std::string out;
+  EXPECT_EQ(run_strata("generate --model " + stories +
+                           R"( -n 5 --speculative-config '{"method":"dspark","num_speculative_tokens":2}' hi)",
+                       &out, /*with_stderr=*/true),
+            2);
+  EXPECT_NE(out.find("DSpark"), std::string::npos) << out;
+  EXPECT_EQ(run_strata("generate --model " + v41 +
+                           R"( -n 5 --prompt-ids 1,2 --speculative-config '{"method":"dspark","num_speculative_tokens":6}')",
+                       &out, /*with_stderr=*/true),
+            2);
+  EXPECT_EQ(run_strata("generate --model " + stories + " -n 5 --speculative-config '{' hi", &out), 2);
+}
+
+}  // namespace
+}  // namespace strata::tools

@@ -1,5 +1,7 @@
 #include "exec/generate.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <optional>
 
@@ -58,23 +60,59 @@ StatusOr<GenerateResult> generate_ids(ModelRunner& runner, const Tokenizer* toke
   }
   auto t1 = Clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  for (int64_t n = 0; n < o.max_tokens; ++n) {
-    STRATA_RETURN_IF_ERROR(check_logits(logits));
-    const int32_t next = sampler.sample(logits).id;
+  // Rows sampled in order; `rows` holds the logits still to sample from (one row per fed
+  // position of the last step whose token is not decided yet: 1 plainly, k+1 after a verify).
+  std::vector<int32_t> drafts;  // the drafts fed after `next` in the last step
+  std::vector<int32_t> all(res.prompt_ids);
+  int64_t row = 0;               // next row of `logits` to sample
+  int64_t n_rows = 1;
+  const int64_t V = info.vocab_size;
+  bool done = o.max_tokens <= 0;
+  while (!done) {
+    std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
+    STRATA_RETURN_IF_ERROR(check_logits(lrow));
+    const int32_t next = sampler.sample(lrow).id;
+    const bool is_draft = row < static_cast<int64_t>(drafts.size()) && next == drafts[row];
+    if (row + 1 < n_rows && !is_draft) {
+      // A draft rejected: keep the positions up to `next`'s predecessor (the accepted ones).
+      STRATA_RETURN_IF_ERROR(runner.truncate_sequence(
+          o.seq, static_cast<int64_t>(all.size())));
+    }
     if (next == bos || next == eos) {
       res.stopped_by_token = true;
       break;
     }
     res.generated_ids.push_back(next);
+    all.push_back(next);
     if (dec) {
       std::string piece = dec->push(next);
       res.text += piece;
       if (o.on_text) o.on_text(piece);
     }
-    if (n + 1 == o.max_tokens || runner.token_capacity_left(o.seq) <= 0) break;
-    StepItem item{o.seq, std::span<const int32_t>(&res.generated_ids.back(), 1), true,
-                  static_cast<int64_t>(res.prompt_ids.size())};
+    const int64_t n = static_cast<int64_t>(res.generated_ids.size());
+    if (n == o.max_tokens) break;
+    if (is_draft && row + 1 < n_rows) {  // accepted: its row is already computed
+      ++res.accepted_tokens;
+      ++row;
+      continue;
+    }
+    if (runner.token_capacity_left(o.seq) <= 0) break;
+    // Feed `next` (the last row's draw, not in the state yet), with drafts when asked for.
+    drafts.clear();
+    if (o.propose && o.num_speculative_tokens > 0) {
+      const int64_t k = std::min<int64_t>({o.num_speculative_tokens, o.max_tokens - n - 1,
+                                           runner.token_capacity_left(o.seq) - 1});
+      if (k > 0) drafts = o.propose(o.seq, all, static_cast<int>(k));
+      if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
+    }
+    std::vector<int32_t> feed = {next};
+    feed.insert(feed.end(), drafts.begin(), drafts.end());
+    StepItem item{o.seq, feed, true, static_cast<int64_t>(res.prompt_ids.size()), !drafts.empty()};
     STRATA_RETURN_IF_ERROR(runner.step({&item, 1}, &logits));
+    res.draft_tokens += static_cast<int64_t>(drafts.size());
+    n_rows = static_cast<int64_t>(feed.size());
+    if (drafts.empty()) n_rows = 1;
+    row = 0;
   }
   if (dec) {
     std::string tail = dec->finish();

@@ -31,6 +31,15 @@ struct GenerateOptions {
   SeqId seq{0};
   // Called with each newly completed piece of generated text (may be empty).
   std::function<void(const std::string&)> on_text;
+  // Speculative decoding (docs/speculative-decoding.md): when set, before each decode step
+  // up to num_speculative_tokens drafts are asked for (arguments: the sequence, every token
+  // so far with the next one last -- it is not fed yet -- and the most drafts wanted) and
+  // verified in one step (StepItem::all_logits); the sampler draws each row in order while
+  // its draw equals the draft, so the output equals generation without it, token for token.
+  // Rejected positions are cut back with ModelRunner::truncate_sequence (its error is
+  // returned).
+  std::function<std::vector<int32_t>(SeqId, std::span<const int32_t>, int)> propose;
+  int num_speculative_tokens = 0;
 };
 
 struct GenerateResult {
@@ -40,6 +49,8 @@ struct GenerateResult {
   bool stopped_by_token = false;
   double prefill_seconds = 0;
   double decode_seconds = 0;           // for generated_ids.size() - 1 decode steps
+  int64_t draft_tokens = 0;            // speculative: drafts verified
+  int64_t accepted_tokens = 0;         // speculative: drafts accepted
 };
 
 StatusOr<GenerateResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,

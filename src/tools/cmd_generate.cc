@@ -15,6 +15,7 @@
 #include "exec/generate.h"
 #include "exec/runner_factory.h"
 #include "model/tokenizer.h"
+#include "sched/spec_decode.h"
 #include "tools/command_registry.h"
 
 namespace strata::tools {
@@ -33,6 +34,7 @@ struct GenerateCli {
   int threads = 0;
   bool output_ids = false;
   bool verbose = false;
+  std::string speculative_config;  // vLLM's --speculative-config JSON
   std::string prompt_ids;  // --prompt-ids as given
   bool have_prompt_ids = false;  // --prompt-ids was passed (possibly empty: a usage error)
 };
@@ -92,6 +94,11 @@ int run_generate(GenerateCli& o) {
     fmt::print(stderr, "strata generate: {}\n", st.message());
     return 2;
   }
+  StatusOr<SpeculativeConfig> spec = parse_speculative_config(o.speculative_config);
+  if (!spec.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", spec.status().message());
+    return 2;
+  }
   if (!by_ids && !o.have_prompt && !isatty(0)) {
     o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
@@ -104,6 +111,10 @@ int run_generate(GenerateCli& o) {
   if (!runner.ok()) {
     fmt::print(stderr, "strata generate: {}\n", runner.status().to_string());
     return 1;
+  }
+  if (Status st = check_speculative_config(*spec, **runner); !st.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", st.message());
+    return 2;
   }
   auto tok = load_tokenizer_from_dir(o.model);
   // A checkpoint without a tokenizer (e.g. a converted DeepSeek checkpoint): token ids in,
@@ -121,6 +132,13 @@ int run_generate(GenerateCli& o) {
   go.sampling = sampling;
   go.add_bos = !by_ids;  // --prompt-ids are taken as given, as the server takes id prompts
                          // (a text prompt gets BOS, as generate() gives it)
+  std::unique_ptr<DraftProposer> proposer = make_proposer(*spec, runner->get());
+  if (proposer) {
+    go.num_speculative_tokens = spec->num_speculative_tokens;
+    go.propose = [&proposer](SeqId seq, std::span<const int32_t> tokens, int k) {
+      return proposer->propose(seq, tokens, k);
+    };
+  }
   bool ends_with_newline = true;
   go.on_text = [&](const std::string& s) {
     if (s.empty()) return;
@@ -168,6 +186,9 @@ int run_generate(GenerateCli& o) {
                res->generated_ids.size(),
                n > 1 ? (n - 1) / std::max(1e-9, res->decode_seconds) : 0.0,
                o.threads > 0 ? o.threads : ThreadPool(0).num_threads());
+    if (proposer)
+      fmt::print(stderr, "[generate] speculative {}: {} of {} draft tokens accepted\n",
+                 spec->method, res->accepted_tokens, res->draft_tokens);
   }
   return 0;
 }
@@ -206,7 +227,11 @@ void setup_generate(CLI::App& app) {
   cmd->add_flag("--output-ids", o->output_ids,
                 "After the text, print the generated token ids as one JSON array on the last "
                 "line of stdout");
-  cmd->add_flag("-v,--verbose", o->verbose, "Print timing to stderr");
+  cmd->add_option("--speculative-config", o->speculative_config,
+                  "Speculative decoding as JSON, vLLM's fields: {\"method\": \"ngram\" or "
+                  "\"dspark\", \"num_speculative_tokens\": K, ...}; the output is the same "
+                  "as without it");
+  cmd->add_flag("-v,--verbose", o->verbose, "Print timing (and speculative acceptance) to stderr");
   cmd->callback([o, cmd] {
     o->have_prompt = cmd->count("--prompt") > 0 || cmd->count("prompt_arg") > 0;
     o->have_prompt_ids = cmd->count("--prompt-ids") > 0;
