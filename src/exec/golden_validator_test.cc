@@ -200,6 +200,97 @@ class GoldenValidatorTest : public ::testing::Test {
   std::vector<GoldenCase> cases_;
 };
 
+// A target with a drafter that replays a case's draft tensors with perturbations.
+class FakeDraftTarget : public FakeTarget {
+ public:
+  FakeDraftTarget(const Synth& s, const GoldenCase& c) : FakeTarget(s), c_(c) {}
+  bool has_draft() const override { return true; }
+  StatusOr<GoldenDraft> draft(int32_t token) override {
+    const size_t i = static_cast<size_t>(drafts_++);
+    EXPECT_EQ(token, c_.dspark_ids[i][0]);
+    GoldenDraft d{c_.dspark_ids[i], c_.dspark_logits[i], c_.dspark_confidence[i]};
+    if (static_cast<int>(i) == bad_step) {
+      d.logits[bad_row * kV + 3] += logit_bump;
+      if (swap_id) d.ids[bad_row + 1] = (d.ids[bad_row + 1] + 1) % kV;
+    }
+    return d;
+  }
+  int bad_step = -1, bad_row = 0;
+  float logit_bump = 0.0f;
+  bool swap_id = false;
+  int drafts_ = 0;
+
+ private:
+  const GoldenCase& c_;
+};
+
+// Draft blocks (dspark_* tensors): compared after each decode step from the golden entry-0
+// token; strict rows until the first differing draft id, which is allowed only where the
+// golden gap is <= gap_tol; the report counts differing ids.
+TEST_F(GoldenValidatorTest, DraftBlocksAreChecked) {
+  GoldenCase c = cases_[0];  // stable, 2 decode steps
+  const int blk = 3;
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int i = 0; i < kSteps; ++i) {
+    std::vector<float> lg(blk * kV);
+    for (auto& x : lg) x = nd(g);
+    std::vector<int32_t> ids = {5};
+    for (int r = 0; r < blk; ++r) {
+      lg[r * kV + 7 + r] = 10.0f;  // a clear argmax (gap > 0.25)
+      ids.push_back(7 + r);
+    }
+    if (i == 1) {  // step 1 row 1: a near tie (gap 0.1) between ids 8 and 9
+      lg[1 * kV + 9] = 9.9f;
+    }
+    c.dspark_ids.push_back(ids);
+    c.dspark_logits.push_back(lg);
+    c.dspark_confidence.push_back(std::vector<float>(blk, 0.5f));
+  }
+  const std::vector<GoldenCase> one = {c};
+  {
+    FakeDraftTarget t(synth_, c);
+    GoldenReport r = run_golden(t, one, GoldenOptions{});
+    EXPECT_EQ(r.passed, 1) << r.cases[0].summary();
+    EXPECT_EQ(r.dspark_line(), "dspark: 1 cases, 2 steps, 0 draft ids differ");
+    EXPECT_EQ(t.drafts_, 2);
+  }
+  {  // a logit off by more than logit_tol fails
+    FakeDraftTarget t(synth_, c);
+    t.bad_step = 0;
+    t.bad_row = 2;
+    t.logit_bump = 0.5f;
+    GoldenReport r = run_golden(t, one, GoldenOptions{});
+    EXPECT_EQ(r.failed, 1);
+    EXPECT_NE(r.cases[0].error.find("dspark0 row 2: max|dlogit|"), std::string::npos) << r.cases[0].error;
+  }
+  {  // a draft id that differs where the golden gap is large fails
+    FakeDraftTarget t(synth_, c);
+    t.bad_step = 0;
+    t.bad_row = 0;
+    t.swap_id = true;
+    GoldenReport r = run_golden(t, one, GoldenOptions{});
+    EXPECT_EQ(r.failed, 1);
+    EXPECT_NE(r.cases[0].error.find("dspark0 row 0: draft id"), std::string::npos) << r.cases[0].error;
+    EXPECT_EQ(r.dspark_ids_differ, 1);
+  }
+  {  // ...and passes at a near tie (the rows after it are a sampling cascade)
+    FakeDraftTarget t(synth_, c);
+    t.bad_step = 1;
+    t.bad_row = 1;
+    t.swap_id = true;
+    GoldenReport r = run_golden(t, one, GoldenOptions{});
+    EXPECT_EQ(r.passed, 1) << r.cases[0].summary();
+    EXPECT_EQ(r.dspark_line(), "dspark: 1 cases, 2 steps, 1 draft ids differ");
+  }
+  {  // a target without a drafter: the tensors are skipped, no line
+    FakeTarget t(synth_);
+    GoldenReport r = run_golden(t, one, GoldenOptions{});
+    EXPECT_EQ(r.passed, 1);
+    EXPECT_EQ(r.dspark_line(), "");
+  }
+}
+
 TEST_F(GoldenValidatorTest, LoadsCasesAndFragileFlags) {
   ASSERT_EQ(cases_.size(), 2u);
   EXPECT_EQ(cases_[0].name, "case00");
