@@ -814,6 +814,55 @@ TEST_F(ServeE2eTest, BenchReplaysMooncakeSlice) {
   }
 }
 
+// bench serve against a server with n-gram speculation: the /metrics delta gives the drafts,
+// the accepted draft tokens and the mean acceptance length (1 + accepted / verify passes); a
+// server without speculation reports none.
+TEST_F(ServeE2eTest, BenchReportsSpeculativeAcceptance) {
+  ServeOptions o;
+  o.model_dir = source_dir() + "/models/stories260K";
+  o.http.port = 0;
+  o.http.threads = 8;
+  o.engine.scheduler = {.max_num_seqs = 4, .max_num_batched_tokens = 256, .chunk_size = 64};
+  o.engine.speculative.method = "ngram";
+  o.engine.speculative.num_speculative_tokens = 4;
+  o.engine.speculative.prompt_lookup_min = 1;
+  o.runner.threads = 1;
+  auto spec = ServingStack::start(o);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  Workload w;
+  w.name = "repeat";
+  for (int i = 0; i < 6; ++i) {
+    BenchRequest r;
+    std::vector<int32_t> phrase;
+    for (int k = 0; k < 7; ++k) phrase.push_back(3 + (i * 41 + k * 13) % 500);
+    for (int rep = 0; rep < 4; ++rep) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+    r.output_tokens = 40;
+    w.requests.push_back(r);
+  }
+  BenchClientOptions co;
+  co.url = "http://127.0.0.1:" + std::to_string((*spec)->port());
+  auto run = run_benchmark(w, co);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  json s = summarize_bench(w, *run, {});
+  EXPECT_EQ(s["completed"], 6) << s["errors"].dump();
+  const std::string m = http_get((*spec)->port(), "/metrics").body;
+  ASSERT_GT(run->spec_drafts, 0);
+  EXPECT_EQ(run->spec_drafts, metric(m, "strata:spec_decode_num_drafts" + kModelLabel));
+  EXPECT_EQ(run->spec_accepted_tokens, metric(m, "strata:spec_decode_num_accepted_tokens" + kModelLabel));
+  EXPECT_LE(run->spec_accepted_tokens, run->spec_draft_tokens);
+  EXPECT_DOUBLE_EQ(s["spec_decode_mean_acceptance_length"].get<double>(),
+                   1.0 + run->spec_accepted_tokens / run->spec_drafts);
+  EXPECT_NE(render_bench_text(s).find("Mean acceptance length:"), std::string::npos);
+  (*spec)->shutdown();
+  // The shared server runs without speculation: nothing to report.
+  co.url = "http://127.0.0.1:" + std::to_string(port());
+  auto plain = run_benchmark(w, co);
+  ASSERT_TRUE(plain.ok());
+  json p = summarize_bench(w, *plain, {});
+  EXPECT_TRUE(p["spec_decode_mean_acceptance_length"].is_null());
+  EXPECT_EQ(render_bench_text(p).find("Mean acceptance length:"), std::string::npos);
+}
+
 TEST_F(ServeE2eTest, BenchReplaysAzureSlice) {
   WorkloadOptions wo;
   wo.vocab = 512;

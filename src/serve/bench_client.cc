@@ -271,6 +271,13 @@ StatusOr<BenchRun> run_benchmark(const Workload& workload, const BenchClientOpti
       run.prefix_cache_queries = q1 - q0;
       run.prefix_cache_hits = h1 - h0;
     }
+    auto delta = [&](const char* suffix) {
+      const double a = scrape_counter(*before, suffix), b = scrape_counter(*after, suffix);
+      return a >= 0 && b >= 0 ? b - a : -1.0;
+    };
+    run.spec_drafts = delta(":spec_decode_num_drafts");
+    run.spec_draft_tokens = delta(":spec_decode_num_draft_tokens");
+    run.spec_accepted_tokens = delta(":spec_decode_num_accepted_tokens");
   }
   return run;
 }

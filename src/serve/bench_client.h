@@ -56,6 +56,8 @@ struct BenchRun {
   // From the /metrics delta; -1 when the server exposes no such counters.
   double prefix_cache_queries = -1;
   double prefix_cache_hits = -1;
+  // Speculative decoding (vLLM's spec_decode_* counters); -1 when absent.
+  double spec_drafts = -1, spec_draft_tokens = -1, spec_accepted_tokens = -1;
 };
 
 // GET /v1/models: the served model id and its context length.

@@ -105,6 +105,19 @@ json summarize_bench(const Workload& w, const BenchRun& run, const GoodputSlo& s
   j["prefix_cache_queries"] = run.prefix_cache_queries;
   j["prefix_cache_hits"] = run.prefix_cache_hits;
   j["oracle_prefix_hit_rate"] = w.oracle_prefix_hit_rate >= 0 ? json(w.oracle_prefix_hit_rate) : json(nullptr);
+  // Speculative decoding: mean acceptance length = 1 + accepted / verify passes (vLLM's
+  // definition), acceptance rate = accepted / proposed draft tokens; null without drafts.
+  const bool spec = run.spec_drafts > 0 && run.spec_accepted_tokens >= 0;
+  j["spec_decode_num_drafts"] = run.spec_drafts >= 0 ? json(run.spec_drafts) : json(nullptr);
+  j["spec_decode_num_draft_tokens"] =
+      run.spec_draft_tokens >= 0 ? json(run.spec_draft_tokens) : json(nullptr);
+  j["spec_decode_num_accepted_tokens"] =
+      run.spec_accepted_tokens >= 0 ? json(run.spec_accepted_tokens) : json(nullptr);
+  j["spec_decode_mean_acceptance_length"] =
+      spec ? json(1.0 + run.spec_accepted_tokens / run.spec_drafts) : json(nullptr);
+  j["spec_decode_acceptance_rate"] = spec && run.spec_draft_tokens > 0
+                                         ? json(run.spec_accepted_tokens / run.spec_draft_tokens)
+                                         : json(nullptr);
   j["errors"] = errors;
   return j;
 }
@@ -146,6 +159,16 @@ std::string render_bench_text(const json& j) {
        j["oracle_prefix_hit_rate"].is_number()
            ? fmt::format("{:.2f}%", 100 * j["oracle_prefix_hit_rate"].get<double>())
            : std::string("n/a"));
+  if (j.value("spec_decode_mean_acceptance_length", json(nullptr)).is_number()) {
+    s += fmt::format("{:-^56}\n", " speculative decoding ");
+    line("Drafts (verify passes):", fmt::format("{:.0f}", j["spec_decode_num_drafts"].get<double>()));
+    line("Draft tokens accepted:",
+         fmt::format("{:.0f} of {:.0f} ({:.2f}%)", j["spec_decode_num_accepted_tokens"].get<double>(),
+                     j["spec_decode_num_draft_tokens"].get<double>(),
+                     100 * j.value("spec_decode_acceptance_rate", 0.0)));
+    line("Mean acceptance length:",
+         fmt::format("{:.2f}", j["spec_decode_mean_acceptance_length"].get<double>()));
+  }
   s += fmt::format("{:=^56}\n", "");
   return s;
 }
