@@ -803,12 +803,55 @@ __attribute__((target("avx512f,avx2,fma"))) void index_dots4x16_avx512(
 }
 }  // namespace
 
+namespace {
+// 8 keys x up to 4 heads (one ymm of f64 per key, lanes [h, h + nlane)): 8 independent FMA
+// chains, each sequential over j -- the same bits as index_dots. For head counts below 16
+// (the tiny models' 4 index heads), where the one-key path runs a single chain per key and
+// waits on its latency.
+__attribute__((target("avx2,fma"))) void index_dots8x4_avx2(const double* qT,
+                                                            const float* const* k, int64_t d,
+                                                            int64_t nh, int64_t h, int nlane,
+                                                            double* out) {
+  const __m256i m = _mm256_setr_epi64x(nlane > 0 ? -1 : 0, nlane > 1 ? -1 : 0,
+                                       nlane > 2 ? -1 : 0, nlane > 3 ? -1 : 0);
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int64_t j = 0; j < d; ++j) {
+    const __m256d q = _mm256_maskload_pd(qT + j * nh + h, m);
+    a0 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[0][j])), a0);
+    a1 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[1][j])), a1);
+    a2 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[2][j])), a2);
+    a3 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[3][j])), a3);
+    a4 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[4][j])), a4);
+    a5 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[5][j])), a5);
+    a6 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[6][j])), a6);
+    a7 = _mm256_fmadd_pd(q, _mm256_set1_pd(static_cast<double>(k[7][j])), a7);
+  }
+  _mm256_maskstore_pd(out + h, m, a0);
+  _mm256_maskstore_pd(out + nh + h, m, a1);
+  _mm256_maskstore_pd(out + 2 * nh + h, m, a2);
+  _mm256_maskstore_pd(out + 3 * nh + h, m, a3);
+  _mm256_maskstore_pd(out + 4 * nh + h, m, a4);
+  _mm256_maskstore_pd(out + 5 * nh + h, m, a5);
+  _mm256_maskstore_pd(out + 6 * nh + h, m, a6);
+  _mm256_maskstore_pd(out + 7 * nh + h, m, a7);
+}
+}  // namespace
+
 void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys, int64_t d,
                      int64_t n_heads, double* out) {
   static const std::vector<float> zeros(1 << 12, 0.0f);
   STRATA_CHECK(d <= static_cast<int64_t>(zeros.size()));
   int64_t r = 0;
   const int64_t h16 = n_heads / 16 * 16;
+  if (h16 == 0 && kernels::active_isa() == kernels::Isa::kAvx2) {
+    for (; r + 8 <= n_keys; r += 8) {
+      const float* k[8];
+      for (int i = 0; i < 8; ++i) k[i] = keys[r + i] ? keys[r + i] : zeros.data();
+      for (int64_t h = 0; h < n_heads; h += 4)
+        index_dots8x4_avx2(qT, k, d, n_heads, h,
+                           static_cast<int>(std::min<int64_t>(4, n_heads - h)), out + r * n_heads);
+    }
+  }
   if (kernels::avx512_active() && h16 > 0) {
     for (; r + 4 <= n_keys; r += 4) {
       const float* k[4];

@@ -48,10 +48,10 @@ TEST(V41Ops, IndexDotsKeysMatchOneKeyCalls) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
   const int64_t d = 128;
-  for (int64_t nh : {4, 16, 19, 32}) {
+  for (int64_t nh : {1, 3, 4, 6, 16, 19, 32}) {
     std::vector<double> qT(d * nh);
     for (auto& v : qT) v = static_cast<double>(nd(rng)) * std::ldexp(1.0, static_cast<int>(rng() % 40) - 20);
-    for (int64_t nk : {1, 3, 4, 5, 9}) {
+    for (int64_t nk : {1, 3, 4, 5, 8, 9, 17}) {
       std::vector<float> kv(nk * d);
       for (auto& v : kv) v = nd(rng);
       std::vector<const float*> keys(nk);
@@ -65,7 +65,7 @@ TEST(V41Ops, IndexDotsKeysMatchOneKeyCalls) {
           for (int64_t j = 0; j < d; ++j) acc = acc + qT[j * nh + h] * static_cast<double>(k[j]);
           want[r * nh + h] = acc;
         }
-      for (int mode : {0, 1, 2}) {  // scalar, AVX2, AVX-512 (4 keys x 16 heads)
+      for (int mode : {0, 1, 2}) {  // scalar, AVX2 (8 keys x 4 heads below 16 heads), AVX-512 (4 keys x 16 heads)
         const auto old = kernels::active_isa();
         kernels::force_isa(mode == 0 ? kernels::Isa::kScalar : kernels::Isa::kAvx2);
         kernels::set_avx512_enabled(mode == 2);
