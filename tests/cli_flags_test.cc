@@ -2,6 +2,8 @@
 // `--max-model-len` and the security flags in --help, two different models refused.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <string>
 
 #include "cli_runner.h"
@@ -30,6 +32,28 @@ TEST(CliFlags, TwoDifferentModelsAreAUsageError) {
   std::string out;
   EXPECT_EQ(run_strata("serve models/a --model models/b --port 0", &out, true), 2) << out;
   EXPECT_NE(out.find("two models"), std::string::npos) << out;
+}
+
+// A speculative config the model cannot run is a usage error for serve too (exit 2, the
+// message without a status code), as for generate and bench model.
+TEST(CliFlags, ServeRefusesASpeculativeConfigTheModelCannotRun) {
+  const char* src = std::getenv("STRATA_SOURCE_DIR");
+  const std::string models = std::string(src ? src : STRATA_SOURCE_DIR) + "/models/";
+  std::string out;
+  EXPECT_EQ(run_strata("serve --model " + models + "deepseek-v41-tiny --port 0 --speculative-config "
+                       "'{\"method\":\"dspark\",\"num_speculative_tokens\":6}'",
+                       &out, true, 120),
+            2)
+      << out;
+  EXPECT_NE(out.find("exceeds the DSpark block size 5"), std::string::npos) << out;
+  EXPECT_EQ(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_strata("serve --model " + models + "stories260K --port 0 --speculative-config "
+                       "'{\"method\":\"dspark\",\"num_speculative_tokens\":2}'",
+                       &out, true, 120),
+            2)
+      << out;
+  EXPECT_NE(out.find("needs a model with DSpark stages"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "sched/scheduler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "base/check.h"
@@ -87,10 +89,13 @@ void Scheduler::resolve_drafts(SeqId seq, int64_t accepted) {
   r->tokens.resize(static_cast<size_t>(new_len));
   r->num_drafts = 0;
   if (r->num_computed == new_len) return;
-  if (runner_->truncate_sequence(seq, new_len).ok()) {
+  const Status cut = runner_->truncate_sequence(seq, new_len);
+  if (cut.ok()) {
     r->num_computed = new_len;
     return;
   }
+  spdlog::debug("speculative rollback of sequence {} to {} recomputes: {}", seq.value, new_len,
+                cut.to_string());
   // The runner cannot cut its state back: start the sequence again from its prefix cache
   // and feed the rest (exact: a position's state depends only on the tokens before it).
   runner_->release_sequence(seq);

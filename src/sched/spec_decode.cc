@@ -9,7 +9,10 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   SpeculativeConfig c;
   if (text.empty()) return c;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
+  if (j.is_discarded())
+    return invalid_argument("--speculative-config is not valid JSON: '{}' (expected e.g. "
+                            "'{{\"method\": \"ngram\", \"num_speculative_tokens\": 4}}')", text);
+  if (!j.is_object())
     return invalid_argument("--speculative-config must be a JSON object, e.g. "
                             "'{{\"method\": \"ngram\", \"num_speculative_tokens\": 4}}'");
   if (j.empty()) return c;
@@ -38,6 +41,10 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   if (c.method != "ngram" && c.method != "dspark")
     return invalid_argument("--speculative-config: unknown method '{}' (available: ngram, dspark)",
                             c.method);
+  if (c.method != "ngram")
+    for (const char* f : {"prompt_lookup_max", "prompt_lookup_min"})
+      if (j.contains(f))
+        return invalid_argument("--speculative-config: '{}' applies to method 'ngram' only", f);
   if (!j.contains("num_speculative_tokens"))
     return invalid_argument("--speculative-config: 'num_speculative_tokens' is required");
   STRATA_RETURN_IF_ERROR(int_field("num_speculative_tokens", &c.num_speculative_tokens, 1,

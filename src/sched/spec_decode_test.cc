@@ -36,7 +36,9 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
            R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2})",
            R"({"method": "ngram", "num_speculative_tokens": 3, "draft_model": "x"})",
            R"({"method": "eagle", "num_speculative_tokens": 3})",
-           R"({"method": "mtp", "num_speculative_tokens": 1})"}) {
+           R"({"method": "mtp", "num_speculative_tokens": 1})",
+           R"({"method": "dspark", "num_speculative_tokens": 2, "prompt_lookup_min": 1})",
+           R"({"method": "dspark", "num_speculative_tokens": 2)"}) {
     auto c = parse_speculative_config(bad);
     EXPECT_FALSE(c.ok()) << bad;
     if (!c.ok()) {
@@ -45,6 +47,8 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
   }
   EXPECT_NE(parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3})")
                 .status().message().find("not built yet"), std::string::npos);
+  EXPECT_NE(parse_speculative_config(R"({"method": "ngram")").status().message().find(
+                "not valid JSON"), std::string::npos);
   // dspark parses; whether the model can run it is check_speculative_config's question.
   auto d = parse_speculative_config(R"({"method": "dspark", "num_speculative_tokens": 3})");
   ASSERT_TRUE(d.ok()) << d.status().to_string();

@@ -114,6 +114,12 @@ int run_serve(ServeCli& o) {
   so.disagg.load_failure_recompute = o.kv_load_failure_policy == "recompute";
   auto stack = ServingStack::start(so);
   if (!stack.ok()) {
+    // A speculative config the loaded model cannot run is a usage error (exit 2), as in
+    // `generate` and `bench model`.
+    if (stack.status().message().rfind("--speculative-config", 0) == 0) {
+      fmt::print(stderr, "strata serve: {}\n", stack.status().message());
+      return 2;
+    }
     fmt::print(stderr, "strata serve: {}\n", stack.status().to_string());
     return 1;
   }
@@ -173,7 +179,8 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "
-                  "\"num_speculative_tokens\": 4}' (prompt_lookup_max/min too); outputs are "
+                  "\"num_speculative_tokens\": 4}' (prompt_lookup_max/min too), or method "
+                  "\"dspark\" on a V4.1 checkpoint with DSpark stages (K <= 5); outputs are "
                   "unchanged, only faster where drafts are accepted");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 40))
