@@ -60,15 +60,14 @@ StatusOr<GenerateResult> generate_ids(ModelRunner& runner, const Tokenizer* toke
   }
   auto t1 = Clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  // Rows sampled in order; `rows` holds the logits still to sample from (one row per fed
-  // position of the last step whose token is not decided yet: 1 plainly, k+1 after a verify).
+  // `logits` holds n_rows rows from the last step (1 plainly, k+1 after a verify of k
+  // drafts), sampled in order from `row` on while each draw equals its draft.
   std::vector<int32_t> drafts;  // the drafts fed after `next` in the last step
   std::vector<int32_t> all(res.prompt_ids);
   int64_t row = 0;               // next row of `logits` to sample
   int64_t n_rows = 1;
   const int64_t V = info.vocab_size;
-  bool done = o.max_tokens <= 0;
-  while (!done) {
+  while (static_cast<int64_t>(res.generated_ids.size()) < o.max_tokens) {
     std::span<const float> lrow(logits.data() + row * V, static_cast<size_t>(V));
     STRATA_RETURN_IF_ERROR(check_logits(lrow));
     const int32_t next = sampler.sample(lrow).id;

@@ -666,29 +666,36 @@ struct RowLoc {
                    "seq {} owner {}: row {} not allocated", SEQ, OWNER, ROW);                  \
   RowLoc LOC{&pool_, tab_[blk_], r_};
 
-void CacheManager::store_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes) {
+void CacheManager::store_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x,
+                             const uint8_t* bytes) {
   STRATA_ROW_LOC(seq, owner, row, loc);
   STRATA_CHECK_MSG(loc.pool->refcount(loc.block) == 1,
                    "write into shared block (seq {}, {} row {}): shared blocks are immutable",
                    seq, graph_.owner(owner).label, row);
   uint8_t* dst = loc.pool->row(loc.block, loc.row);
-  const size_t n = static_cast<size_t>(graph_.owner(owner).spec.row_bytes);
+  const StateSpec& spec = graph_.owner(owner).spec;
+  const size_t n = static_cast<size_t>(spec.row_bytes);
+  // While recording, a ring / fixed row's previous bytes are kept unless the write leaves
+  // them as they were (compressor tails rewrite every slot per step).
   Seq& s = const_cast<Seq&>(sit_->second);
-  if (s.undo_on && !I_.paged[owner] && std::memcmp(dst, bytes, n) != 0)
+  const bool record = s.undo_on && !I_.paged[owner];
+  if (record)
     s.undo.push_back({owner, row, s.step_start, s.computed, std::vector<uint8_t>(dst, dst + n)});
-  std::memcpy(dst, bytes, n);
+  if (x != nullptr) {
+    encode_state_row(spec, x, dst);
+  } else {
+    std::memcpy(dst, bytes, n);
+  }
+  if (record && std::memcmp(dst, s.undo.back().bytes.data(), n) == 0) s.undo.pop_back();
 }
 
 void CacheManager::write_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x) {
-  thread_local std::vector<uint8_t> buf;
-  buf.resize(static_cast<size_t>(graph_.owner(owner).spec.row_bytes));
-  encode_state_row(graph_.owner(owner).spec, x, buf.data());
-  store_row(seq, owner, row, buf.data());
+  store_row(seq, owner, row, x, nullptr);
 }
 
 void CacheManager::write_raw_row(CacheSeqId seq, OwnerId owner, int64_t row,
                                  const uint8_t* bytes) {
-  store_row(seq, owner, row, bytes);
+  store_row(seq, owner, row, nullptr, bytes);
 }
 
 void CacheManager::record_undo(CacheSeqId seq, bool on) {

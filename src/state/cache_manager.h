@@ -237,8 +237,10 @@ class CacheManager {
   int64_t total_blocks() const;
 
  private:
-  // write_row / write_raw_row: CHECKs, the undo record, then the serving-format bytes.
-  void store_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes);
+  // write_row (x: encoded in place) / write_raw_row (bytes: copied): CHECKs, the undo
+  // record, the serving-format bytes. Exactly one of x / bytes is non-null.
+  void store_row(CacheSeqId seq, OwnerId owner, int64_t row, const float* x,
+                 const uint8_t* bytes);
   struct Seq;
   struct Entry;
   struct Lease;

@@ -226,7 +226,8 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     }
     if (n_taps > 0 && ls.dspark_tap) {
       // h.mean(dim=2) of the bf16 streams: fp32 sum over the streams in order, / hc, bf16.
-      for (int64_t i = 0; i < S; ++i)
+      // Only the rows that stay in a ring (the call's last W) are used.
+      for (int64_t i = std::max<int64_t>(0, S - cf.window_size); i < S; ++i)
         for (int64_t d = 0; d < D; ++d) {
           float acc = 0.0f;
           for (int ch = 0; ch < hc; ++ch) acc += c.h[(i * hc + ch) * D + d];
