@@ -13,12 +13,10 @@
 #include <xxhash.h>
 
 #include "base/check.h"
+#include "state/cache_manager_internal.h"
 
 namespace strata {
 
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-}  // namespace
 
 int default_block_tokens(const StateGraph& g) {
   int64_t l = 1;
@@ -52,54 +50,6 @@ int64_t replay_exact_tokens(const StateGraph& g) {
   if (w == 0) return 0;
   return ceil_div(w + (n - 1) * (w - 1), l) * l;
 }
-
-struct CacheManager::Seq {
-  std::vector<int32_t> tokens;
-  int64_t computed = 0;
-  bool started = false;
-  std::vector<std::vector<BlockId>> tables;  // per owner
-  uint64_t in_flight = 0;                    // plan id, 0 = none
-  bool pending_release = false;
-  int64_t published = 0;                     // full units published to the prefix cache
-  uint64_t last_key = 0;                     // chain key of unit `published - 1`
-  int64_t step_start = 0;                    // first position of the step in flight / last
-  // Undo record of ring / fixed rows (record_undo): the bytes a step [start, end) replaced.
-  struct Undo {
-    OwnerId owner = -1;
-    int64_t row = 0, start = 0, end = 0;
-    std::vector<uint8_t> bytes;
-  };
-  bool undo_on = false;
-  int64_t undo_from = 0;
-  std::vector<Undo> undo;
-};
-
-struct CacheManager::Entry {
-  uint64_t key = 0, parent = 0;
-  int64_t index = 0;                         // unit index k (tokens [k*u, (k+1)*u))
-  std::vector<int32_t> tokens;               // the unit's ids (collision check)
-  std::vector<BlockId> paged;                // per owner (-1 = not paged)
-  std::vector<BlockId> snapshot;             // per owner (-1 = none); empty = no snapshot
-  int64_t children = 0;
-  uint64_t lru = 0;
-};
-
-struct CacheManager::Impl {
-  std::vector<BlockPool> pools;
-  std::vector<PoolInfo> pool_info;
-  std::vector<int> pool_of;        // per owner, -1 = no storage
-  std::vector<char> paged;         // per owner
-  std::vector<char> ringfixed;     // per owner (with storage)
-  std::vector<OwnerId> paged_owners;  // owners with paged (growing) storage
-  std::unordered_map<CacheSeqId, Seq> seqs;
-  std::unordered_map<uint64_t, Entry> entries;
-  uint64_t root_key = 0;
-  uint64_t generation = 1;
-  mutable uint64_t next_plan_id = 1;
-  uint64_t lru_clock = 0;
-  bool any_ringfixed = false;
-  bool snapshots = true;  // CacheOptions::boundary_snapshots (and some ring/fixed owner)
-};
 
 CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     : graph_(graph), opts_(opts), impl_(std::make_unique<Impl>()) {
@@ -156,6 +106,21 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     id += fmt::format("|{}:{}:{}:{}", state_kind_name(o.kind), o.layer,
                       row_format_name(o.spec.format), o.spec.quant_block);
   I.root_key = XXH3_64bits(id.data(), id.size());
+  // Store layout: the identity adds every pool's geometry to the root.
+  for (const auto& o : owners) {
+    const int p = I.pool_of[o.id];
+    if (p < 0) continue;
+    id += fmt::format("|o{}:p{}:{}x{}", o.id, p, I.pools[p].rows_per_block(),
+                      I.pools[p].row_bytes());
+    if (I.paged[o.id]) I.paged_sizes.push_back(I.pools[p].block_bytes());
+    if (I.ringfixed[o.id]) {
+      I.ringfixed_owners.push_back(o.id);
+      I.snapshot_sizes.push_back(I.pools[p].block_bytes());
+    }
+  }
+  I.identity = XXH3_64bits(id.data(), id.size());
+  I.store = opts_.unit_store;
+  opts_.unit_store.reset();  // the Impl holds it
 }
 
 CacheManager::~CacheManager() = default;
@@ -206,27 +171,9 @@ void CacheManager::release(CacheSeqId seq) {
 
 // ---------------- prefix matching ----------------
 
-namespace {
-uint64_t chain_key(uint64_t parent, const int32_t* ids, int64_t n) {
-  return XXH3_64bits_withSeed(ids, static_cast<size_t>(n) * sizeof(int32_t), parent);
-}
-}  // namespace
 
 int64_t CacheManager::cached_prefix_tokens(const std::vector<int32_t>& tokens) const {
-  const Impl& I = *impl_;
-  if (!opts_.prefix_cache) return 0;
-  const int64_t u = block_tokens_, len = static_cast<int64_t>(tokens.size());
-  uint64_t key = I.root_key;
-  int64_t best = 0;
-  for (int64_t k = 0; (k + 1) * u <= len - 1; ++k) {
-    key = chain_key(key, tokens.data() + k * u, u);
-    auto e = I.entries.find(key);
-    if (e == I.entries.end() ||
-        !std::equal(e->second.tokens.begin(), e->second.tokens.end(), tokens.begin() + k * u))
-      break;
-    if (!I.snapshots || !e->second.snapshot.empty()) best = k + 1;
-  }
-  return best * u;
+  return match_units(tokens, /*load=*/false) * block_tokens_;
 }
 
 // ---------------- plan / commit ----------------
@@ -254,24 +201,15 @@ StepPlan CacheManager::plan_step(const std::vector<CacheStepItem>& items) const 
     int64_t have_units = 0;  // paged blocks shared from the cache (first step)
     if (!s.started) {
       sp.first_step = true;
-      int64_t best = 0;
-      if (opts_.prefix_cache) {
-        uint64_t key = I.root_key;
-        for (int64_t k = 0; (k + 1) * u <= len - 1; ++k) {
-          key = chain_key(key, s.tokens.data() + k * u, u);
-          auto e = I.entries.find(key);
-          if (e == I.entries.end() ||
-              !std::equal(e->second.tokens.begin(), e->second.tokens.end(),
-                          s.tokens.begin() + k * u))
-            break;
-          if (!I.snapshots || !e->second.snapshot.empty()) best = k + 1;
-        }
-        key = I.root_key;
-        for (int64_t k = 0; k < best; ++k) {
-          key = chain_key(key, s.tokens.data() + k * u, u);
-          pinned.insert(key);
-        }
+      const int64_t best = match_units(s.tokens, /*load=*/true);
+      int64_t from_store = 0;  // units of the hit restored from the store: new blocks
+      uint64_t key = I.root_key;
+      for (int64_t k = 0; k < best; ++k) {
+        key = chain_key(key, s.tokens.data() + k * u, u);
+        pinned.insert(key);
+        from_store += I.entries.count(key) == 0;
       }
+      for (OwnerId oid : I.paged_owners) need[I.pool_of[oid]] += from_store;
       sp.hit_tokens = best * u;
       have_units = best;
       sp.start_pos = sp.hit_tokens;
@@ -486,6 +424,7 @@ void CacheManager::commit(const StepPlan& plan) {
   }
   const auto& owners = graph_.owners();
   const int64_t u = block_tokens_;
+  std::vector<std::pair<uint64_t, CacheSeqId>> snapshot_from_store;  // (entry, hitting seq)
   for (const SeqStepPlan& sp : plan.seqs) {
     Seq& s = I.seqs.at(sp.seq);
     if (sp.first_step) {
@@ -495,7 +434,8 @@ void CacheManager::commit(const StepPlan& plan) {
       uint64_t key = I.root_key;
       for (int64_t k = 0; k < sp.hit_tokens / u; ++k) {
         key = chain_key(key, s.tokens.data() + k * u, u);
-        Entry& e = I.entries.at(key);
+        auto eit = I.entries.find(key);
+        Entry& e = eit != I.entries.end() ? eit->second : materialize(key);
         e.lru = ++I.lru_clock;
         chain.push_back(&e);
       }
@@ -511,7 +451,22 @@ void CacheManager::commit(const StepPlan& plan) {
           BlockId b = I.pools[p].allocate();
           s.tables[o.id].push_back(b);
           if (!chain.empty() && I.snapshots) {
-            I.pools[p].copy_block(b, chain.back()->snapshot[o.id]);
+            if (!chain.back()->snapshot.empty()) {
+              I.pools[p].copy_block(b, chain.back()->snapshot[o.id]);
+            } else {  // the unit's snapshot came from the store (plan_step staged it)
+              if (snapshot_from_store.empty() || snapshot_from_store.back().second != sp.seq)
+                snapshot_from_store.emplace_back(chain.back()->key, sp.seq);
+              const UnitObject& obj = I.staged.at(chain.back()->key);
+              STRATA_CHECK(obj.has_snapshot);
+              const size_t sec = I.paged_owners.size() +
+                  (std::find(I.ringfixed_owners.begin(), I.ringfixed_owners.end(), o.id) -
+                   I.ringfixed_owners.begin());
+              STRATA_CHECK(static_cast<int64_t>(obj.sections.at(sec).size()) ==
+                           I.pools[p].block_bytes());
+              if (I.pools[p].has_storage())
+                std::memcpy(I.pools[p].row(b, 0), obj.sections[sec].data(),
+                            obj.sections[sec].size());
+            }
           } else if (I.pools[p].has_storage()) {
             // Fresh state: zeros; compressor score = -inf; Engram history = -2.
             const StateSpec& spec = o.spec;
@@ -549,6 +504,27 @@ void CacheManager::commit(const StepPlan& plan) {
     s.computed = end;
     s.in_flight = plan.id;
   }
+  // A hit whose boundary snapshot came from the store keeps it in the working pool too when
+  // every ring / fixed pool has a free block left after this step's allocations (so the next
+  // hit on it reads no store); otherwise the next hit loads it again.
+  for (const auto& [key, seq] : snapshot_from_store) {
+    auto e = I.entries.find(key);
+    if (e == I.entries.end() || !e->second.snapshot.empty()) continue;
+    std::vector<int64_t> want(I.pools.size(), 0);
+    for (OwnerId o : I.ringfixed_owners) ++want[I.pool_of[o]];
+    bool room = true;
+    for (size_t p = 0; p < want.size(); ++p) room &= I.pools[p].num_free() >= want[p];
+    if (!room) continue;
+    const Seq& s = I.seqs.at(seq);
+    e->second.snapshot.assign(owners.size(), -1);
+    for (OwnerId o : I.ringfixed_owners) {
+      BlockPool& pool = I.pools[I.pool_of[o]];
+      const BlockId b = pool.allocate();
+      pool.copy_block(b, s.tables[o][0]);
+      e->second.snapshot[o] = b;
+    }
+  }
+  I.staged.clear();
   ++I.generation;
 }
 
@@ -570,6 +546,7 @@ void CacheManager::finish_step(const StepPlan& plan) {
     const int64_t full = s.computed / u;
     uint64_t key = s.published ? s.last_key : I.root_key;
     int64_t done = s.published;
+    std::vector<uint64_t> created;  // entries this step published (written to the store)
     for (int64_t k = s.published; k < full; ++k) {
       const uint64_t parent = key;
       if (k > 0 && !I.entries.count(parent)) break;  // parent evicted meanwhile: stop chain
@@ -595,6 +572,7 @@ void CacheManager::finish_step(const StepPlan& plan) {
       ne.lru = ++I.lru_clock;
       if (k > 0) ++I.entries.at(parent).children;
       I.entries.emplace(key, std::move(ne));
+      created.push_back(key);
     }
     s.published = done;
     s.last_key = key;
@@ -628,9 +606,13 @@ void CacheManager::finish_step(const StepPlan& plan) {
             pool.copy_block(b, s.tables[o.id][0]);
             e->second.snapshot[o.id] = b;
           }
+          if (I.store && std::find(created.begin(), created.end(), key) == created.end())
+            created.push_back(key);  // an existing unit gained its snapshot: store it again
         }
       }
     }
+    if (I.store)
+      for (uint64_t k : created) store_entry(I.entries.at(k));
   }
   ++I.generation;
 }

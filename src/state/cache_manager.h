@@ -49,6 +49,7 @@
 #include "base/status.h"
 #include "state/block_pool.h"
 #include "state/state_graph.h"
+#include "state/unit_store.h"
 
 namespace strata {
 
@@ -73,6 +74,13 @@ struct CacheOptions {
   // (zeros, compressor score -inf, Engram history -2); the caller rebuilds them (for V4.1:
   // DeepseekV41Runner replays replay_window_tokens() tokens before the boundary).
   bool boundary_snapshots = true;
+  // Tiers below the working pool (src/tiers; null = none). Every unit the prefix cache
+  // publishes (its paged rows, plus its boundary snapshot when it has one) is written to the
+  // store as one object (unit_store.h), so evicting it from the working pool loses nothing;
+  // a prefix match that runs out of working-pool units goes on in the store, and plan_step
+  // fetches and verifies the objects it would restore (a corrupt or foreign one is rejected
+  // and the match stops there: those positions are recomputed).
+  std::shared_ptr<UnitStore> unit_store;
 };
 
 // Tokens a bounded-replay restore recomputes before a prefix-hit boundary: the smallest
@@ -225,6 +233,14 @@ class CacheManager {
   void get_engram_history(CacheSeqId seq, int32_t* ids) const;
   void set_engram_history(CacheSeqId seq, const int32_t* ids);
 
+  // ---- unit store (CacheOptions::unit_store) ----
+  // Identity stamped on every stored object: the hash root (model, unit, formats, salt) and
+  // every pool's rows per block and row bytes. Objects with another identity are refused.
+  uint64_t store_identity() const;
+  // Units restored from the store into the working pool / written to it, since construction.
+  int64_t units_loaded() const;
+  int64_t units_stored() const;
+
   // ---- introspection ----
   std::vector<PoolInfo> pools() const;
   int64_t num_cache_entries() const;
@@ -243,6 +259,18 @@ class CacheManager {
                  const uint8_t* bytes);
   struct Seq;
   struct Entry;
+  // Prefix match of `tokens` (whole units inside [0, len-1]) through the working pool and
+  // then the store: the hit in units. load=false only asks the store whether it holds each
+  // key (peek); load=true fetches, verifies and stages every object the hit restores.
+  int64_t match_units(const std::vector<int32_t>& tokens, bool load) const;
+  // Whether the store has unit k (key under parent, ids) -- staged when load -- and whether
+  // the object carries a boundary snapshot.
+  bool probe_store(uint64_t key, uint64_t parent, int64_t k, const int32_t* ids, bool load,
+                   bool* snapshot) const;
+  // Creates the working-pool entry of a staged unit (blocks allocated and filled).
+  Entry& materialize(uint64_t key);
+  // Writes the entry (with its snapshot, if any) to the store.
+  void store_entry(const Entry& e);
   struct Lease;
   struct Impl;
   StateGraph graph_;

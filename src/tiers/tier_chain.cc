@@ -1,0 +1,123 @@
+// The chain of configured tiers (make_unit_store) and byte-size parsing. See tiers.h.
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "tiers/tiers.h"
+
+namespace strata {
+namespace {
+
+class TierChain final : public UnitStore {
+ public:
+  // tiers: top first; shared: index of the shared pool in tiers (-1 = none). The host tier,
+  // if any, was built with the disk tier as its spill.
+  TierChain(std::vector<std::unique_ptr<UnitStore>> tiers, int shared)
+      : tiers_(std::move(tiers)), shared_(shared) {}
+  ~TierChain() override { flush(); }
+
+  bool contains(uint64_t key) override {
+    for (auto& t : tiers_)
+      if (t->contains(key)) return true;
+    return false;
+  }
+
+  std::optional<std::vector<uint8_t>> get(uint64_t key) override {
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+      if (!tiers_[i]->contains(key)) continue;
+      std::optional<std::vector<uint8_t>> b = tiers_[i]->get(key);
+      if (!b) continue;
+      // Promote: copy into every tier above (the shared pool is never below a private one).
+      for (size_t j = 0; j < i; ++j) {
+        tiers_[j]->put(key, *b);
+        std::lock_guard<std::mutex> l(mu_);
+        ++promotions_[j];
+      }
+      return b;
+    }
+    return std::nullopt;
+  }
+
+  void put(uint64_t key, const std::vector<uint8_t>& bytes) override {
+    // The top private tier (host, else disk) and, write-through, the shared pool.
+    tiers_[0]->put(key, bytes);
+    if (shared_ > 0) tiers_[shared_]->put(key, bytes);
+  }
+
+  void reject(uint64_t key) override {
+    for (auto& t : tiers_) t->reject(key);
+  }
+
+  void flush() override {
+    for (auto& t : tiers_) t->flush();
+  }
+
+  std::vector<TierStats> stats() const override {
+    std::vector<TierStats> out;
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+      TierStats s = tiers_[i]->stats().at(0);
+      std::lock_guard<std::mutex> l(mu_);
+      s.promotions += promotions_.count(i) ? promotions_.at(i) : 0;
+      out.push_back(s);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::unique_ptr<UnitStore>> tiers_;
+  int shared_;
+  mutable std::mutex mu_;
+  std::map<size_t, int64_t> promotions_;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<UnitStore>> make_unit_store(const TierOptions& o) {
+  if (o.host_bytes < 0 || o.disk_bytes < 0)
+    return invalid_argument("tier byte budgets must be >= 0");
+  if (o.disk_bytes > 0 && o.disk_dir.empty())
+    return invalid_argument("--disk-cache-bytes needs --kv-cache-dir");
+  if (!o.any()) return std::shared_ptr<UnitStore>();
+  std::unique_ptr<UnitStore> disk, pool;
+  if (!o.disk_dir.empty()) {
+    STRATA_ASSIGN_OR_RETURN(disk, make_disk_tier(o.disk_dir, o.disk_bytes));
+  }
+  if (!o.pool_url.empty()) {
+    STRATA_ASSIGN_OR_RETURN(pool, make_redis_tier(o.pool_url));
+  }
+  std::vector<std::unique_ptr<UnitStore>> tiers;
+  if (o.host_bytes > 0) tiers.push_back(make_host_tier(o.host_bytes, disk.get()));
+  if (disk) tiers.push_back(std::move(disk));
+  int shared = -1;
+  if (pool) {
+    shared = static_cast<int>(tiers.size());
+    tiers.push_back(std::move(pool));
+  }
+  return std::shared_ptr<UnitStore>(std::make_shared<TierChain>(std::move(tiers), shared));
+}
+
+StatusOr<int64_t> parse_byte_size(const std::string& s) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},
+      {"K", 1024.0},   {"M", 1048576.0},   {"G", 1073741824.0},   {"B", 1.0}};
+  std::string num = s;
+  double mult = 1;
+  for (const auto& [suffix, m] : kUnits) {
+    const std::string suf = suffix;
+    if (num.size() > suf.size() && num.compare(num.size() - suf.size(), suf.size(), suf) == 0) {
+      num = num.substr(0, num.size() - suf.size());
+      mult = m;
+      break;
+    }
+  }
+  char* end = nullptr;
+  const double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  if (num.empty() || !end || *end != '\0' || !(v >= 0) || !std::isfinite(v * mult) ||
+      v * mult > 9.0e18)
+    return invalid_argument("'{}' is not a byte size (examples: 4096, 512MiB, 16GiB, 1e9)", s);
+  return static_cast<int64_t>(v * mult);
+}
+
+}  // namespace strata
