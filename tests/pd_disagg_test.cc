@@ -133,11 +133,7 @@ double metric(int port, const std::string& name) {
 
 // Colocated reference replies, by prompt length.
 std::vector<int32_t> prompt_of(int64_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(3, vocab - 8);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (auto& t : v) t = tok(rng);
-  return v;
+  return testing::random_prompt(n, seed, vocab);
 }
 
 void matches_colocated(const std::string& model) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,15 @@ namespace strata::testing {
 inline std::string model_dir(const std::string& name) {
   const char* e = std::getenv("STRATA_SOURCE_DIR");
   return std::string(e ? e : STRATA_SOURCE_DIR) + "/models/" + name;
+}
+
+// `n` ids uniform in [3, vocab - 8), a fixed function of (n, seed, vocab).
+inline std::vector<int32_t> random_prompt(int64_t n, uint32_t seed, int32_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(3, vocab - 8);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& t : v) t = tok(rng);
+  return v;
 }
 
 // A runner on models/<name> with `threads` compute threads and a KV capacity of `kv_tokens`

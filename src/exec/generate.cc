@@ -54,8 +54,13 @@ StatusOr<GenerateResult> generate_ids(ModelRunner& runner, const Tokenizer* toke
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   {
+    // A prefix the runner's cache (or a tier below it) holds is restored, not recomputed.
     const int64_t prompt_len = static_cast<int64_t>(res.prompt_ids.size());
-    StepItem item{o.seq, res.prompt_ids, true, prompt_len};
+    res.cached_tokens = runner.attach_cached_prefix(o.seq, res.prompt_ids);
+    StepItem item{o.seq,
+                  std::span<const int32_t>(res.prompt_ids).subspan(
+                      static_cast<size_t>(res.cached_tokens)),
+                  true, prompt_len};
     STRATA_RETURN_IF_ERROR(runner.step({&item, 1}, &logits));
   }
   auto t1 = Clock::now();

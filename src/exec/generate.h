@@ -51,6 +51,7 @@ struct GenerateResult {
   double decode_seconds = 0;           // for generated_ids.size() - 1 decode steps
   int64_t draft_tokens = 0;            // speculative: drafts verified
   int64_t accepted_tokens = 0;         // speculative: drafts accepted
+  int64_t cached_tokens = 0;           // prompt tokens restored from the prefix cache
 };
 
 StatusOr<GenerateResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,

@@ -11,6 +11,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/llama/llama_runner.h"
+#include "model/checkpoint_fingerprint.h"
 
 namespace strata {
 
@@ -56,9 +57,18 @@ StatusOr<std::string> default_model_dir() {
   return not_found("default model not found (tried {}); pass --model DIR", list);
 }
 
+Status prepare_runner_tiers(const std::string& dir, RunnerOptions* o) {
+  if (!o->tiers.any() || o->unit_store) return ok_status();
+  STRATA_ASSIGN_OR_RETURN(o->unit_store, make_unit_store(o->tiers));
+  STRATA_ASSIGN_OR_RETURN(o->prefix_salt, checkpoint_fingerprint(dir));
+  return ok_status();
+}
+
 StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
-                                                         const RunnerOptions& options) {
+                                                         const RunnerOptions& given) {
   STRATA_ASSIGN_OR_RETURN(std::string arch, model_architecture(dir));
+  RunnerOptions options = given;
+  STRATA_RETURN_IF_ERROR(prepare_runner_tiers(dir, &options));
   if (arch == "LlamaForCausalLM" || arch == "llama") {
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
     return std::unique_ptr<ModelRunner>(std::move(r));
@@ -69,6 +79,8 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     load.threads = options.threads;
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
+    cache.unit_store = options.unit_store;
+    cache.salt = options.prefix_salt;
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
     STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV41Runner::create(dir, load, options.name, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));
@@ -76,6 +88,8 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   if (arch == "DeepseekV4ForCausalLM" || arch == "deepseek_v4") {
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
+    cache.unit_store = options.unit_store;
+    cache.salt = options.prefix_salt;
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
     STRATA_ASSIGN_OR_RETURN(auto r,
                             DeepseekV4Runner::create(dir, options.name, options.threads, cache));

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "exec/model_runner.h"
+#include "tiers/tiers.h"
 
 namespace strata {
 
@@ -28,6 +29,14 @@ struct RunnerOptions {
   // of the last window of tokens (approximate; docs/state.md §5), "replay-exact" replays the
   // layers' whole window dependency cone instead (bit-identical). Other runners ignore it.
   std::string prefix_restore = "stored";
+  // Tiers below the working pool (host, disk, shared Redis pool; tiers/tiers.h). When any is
+  // set, make_model_runner builds the chain and stamps the prefix-cache root with the
+  // checkpoint fingerprint (model/checkpoint_fingerprint.h), so units written by another
+  // checkpoint are never found.
+  TierOptions tiers;
+  // Filled by make_model_runner from `tiers` (runners read them; callers leave them unset).
+  std::shared_ptr<UnitStore> unit_store;
+  uint64_t prefix_salt = 0;
 };
 
 // The architecture string of a model directory ("LlamaForCausalLM", ...).
@@ -37,6 +46,13 @@ StatusOr<std::string> model_architecture(const std::string& dir);
 // $STRATA_SOURCE_DIR, then walking up from the executable's directory, then the current
 // directory. NotFound listing the places tried.
 StatusOr<std::string> default_model_dir();
+
+// Builds the tier chain of o->tiers into o->unit_store and stamps o->prefix_salt with the
+// model directory's checkpoint fingerprint; nothing when no tier is set or unit_store is
+// already set. Errors: the tier chain's (bad URL / size / directory, pool unreachable) and the
+// fingerprint's. make_model_runner calls it; callers that want the store's stats (the server's
+// /metrics) call it first and keep o->unit_store.
+Status prepare_runner_tiers(const std::string& dir, RunnerOptions* o);
 
 StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
                                                          const RunnerOptions& options);

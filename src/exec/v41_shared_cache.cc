@@ -25,6 +25,7 @@ V41SharedCache::V41SharedCache(const StateGraph& graph, const V41RunnerCacheOpti
   co.prefix_cache = o.prefix_cache;
   co.prefix_salt = o.salt;
   co.boundary_snapshots = o.restore == V41PrefixRestore::kStoredState;
+  co.unit_store = o.unit_store;
   if (!co.boundary_snapshots) co.snapshot_slots = 0;
   o_.max_seqs = co.max_seqs;
   cm_ = std::make_unique<CacheManager>(graph, co);

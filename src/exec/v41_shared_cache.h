@@ -34,6 +34,7 @@
 namespace strata {
 
 class CacheManager;
+class UnitStore;
 class StateGraph;
 
 enum class V41PrefixRestore : uint8_t { kStoredState, kReplayWindow, kReplayExact };
@@ -55,6 +56,8 @@ struct V41RunnerCacheOptions {
   // the window; kReplayExact: replay_exact_tokens(graph)); 0 = no replay, rings start empty
   // (a drift baseline for measurements, not for serving). A multiple of every ratio.
   int64_t replay_tokens = -1;
+  // Tiers below the working pool (CacheOptions::unit_store); null = none.
+  std::shared_ptr<UnitStore> unit_store;
 };
 
 struct V41KindUsage {

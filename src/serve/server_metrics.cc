@@ -77,6 +77,58 @@ void ServerMetrics::on_request_finished(const RequestTimings& t) {
                t.error);
 }
 
+namespace {
+// Tiers below the working pool (state/unit_store.h TierStats), one series per tier.
+void render_tiers(const std::vector<TierStats>& tiers, const std::string& model,
+                  std::string* out) {
+  struct Field {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const TierStats&);
+  };
+  static const Field kFields[] = {
+      {"kv_tier_bytes", "gauge", "Bytes of prefix-cache units held per tier (-1: not known, a shared pool).",
+       [](const TierStats& t) { return double(t.bytes); }},
+      {"kv_tier_objects", "gauge", "Prefix-cache units held per tier (-1: not known).",
+       [](const TierStats& t) { return double(t.objects); }},
+      {"kv_tier_capacity_bytes", "gauge", "Byte budget per tier (0: not bounded here).",
+       [](const TierStats& t) { return double(t.capacity_bytes); }},
+      {"kv_tier_lookups_total", "counter", "Unit fetches asked of each tier.",
+       [](const TierStats& t) { return double(t.lookups); }},
+      {"kv_tier_hits_total", "counter", "Unit fetches each tier answered.",
+       [](const TierStats& t) { return double(t.hits); }},
+      {"kv_tier_stores_total", "counter", "Units written to each tier.",
+       [](const TierStats& t) { return double(t.stores); }},
+      {"kv_tier_store_bytes_total", "counter", "Bytes written to each tier.",
+       [](const TierStats& t) { return double(t.store_bytes); }},
+      {"kv_tier_load_bytes_total", "counter", "Bytes read from each tier.",
+       [](const TierStats& t) { return double(t.load_bytes); }},
+      {"kv_tier_evictions_total", "counter", "Units each tier dropped for its budget.",
+       [](const TierStats& t) { return double(t.evictions); }},
+      {"kv_tier_demotions_total", "counter", "Units each tier wrote to the next tier when evicting them.",
+       [](const TierStats& t) { return double(t.demotions); }},
+      {"kv_tier_promotions_total", "counter", "Units copied into each tier from a lower one on a hit.",
+       [](const TierStats& t) { return double(t.promotions); }},
+      {"kv_tier_rejected_total", "counter",
+       "Units found corrupt (checksum) or foreign (another model / format) on load and dropped.",
+       [](const TierStats& t) { return double(t.rejected); }},
+      {"kv_tier_errors_total", "counter", "I/O or connection failures per tier.",
+       [](const TierStats& t) { return double(t.errors); }},
+      {"kv_tier_load_seconds_total", "counter", "Wall time of loads per tier.",
+       [](const TierStats& t) { return t.load_seconds; }},
+      {"kv_tier_store_seconds_total", "counter", "Wall time of stores per tier.",
+       [](const TierStats& t) { return t.store_seconds; }},
+  };
+  for (const Field& f : kFields) {
+    *out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} {}\n", f.name, f.help, f.name,
+                        f.type);
+    for (const TierStats& t : tiers)
+      *out += fmt::format("strata:{}{{{},tier=\"{}\"}} {}\n", f.name, model, t.tier, f.get(t));
+  }
+}
+}  // namespace
+
 std::string ServerMetrics::render(const EngineStats& s) const {
   const std::string model = fmt::format("model_name=\"{}\"", escape_label(model_name_));
   std::string out;
@@ -165,6 +217,7 @@ std::string ServerMetrics::render(const EngineStats& s) const {
     out += fmt::format("strata:cache_capacity_bytes{{{},kind=\"{}\",tier=\"{}\"}} {}\n", model,
                        escape_label(u.kind), escape_label(u.tier), u.capacity_bytes);
   }
+  if (store_) render_tiers(store_->stats(), model, &out);
   std::lock_guard lock(mu_);
   out += "# HELP strata:request_success_total Finished requests by finish reason.\n"
          "# TYPE strata:request_success_total counter\n";

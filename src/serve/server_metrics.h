@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sched/engine.h"
+#include "state/unit_store.h"
 
 namespace strata {
 
@@ -47,6 +48,9 @@ class ServerMetrics : public EngineObserver {
   // One stderr line per finished request (vLLM's request log; off with
   // --disable-log-requests): id, prompt / output / cached tokens, TTFT, E2E, finish reason.
   void set_log_requests(bool on) { log_requests_ = on; }
+  // Tiers below the working pool whose stats() /metrics reports (null: none). Call before
+  // the server starts.
+  void set_unit_store(std::shared_ptr<UnitStore> store) { store_ = std::move(store); }
   void on_request_finished(const RequestTimings& t) override;
   // The whole /metrics page for the given engine snapshot.
   std::string render(const EngineStats& stats) const;
@@ -57,6 +61,7 @@ class ServerMetrics : public EngineObserver {
   Histogram ttft_, itl_, e2e_, queue_;
   std::map<std::string, int64_t> finished_by_reason_;
   bool log_requests_ = false;
+  std::shared_ptr<UnitStore> store_;
 };
 
 }  // namespace strata

@@ -16,7 +16,9 @@ namespace strata {
 StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& options) {
   init_logging();  // spdlog's default logger: stderr, lines as given (base/log.h)
   std::unique_ptr<ServingStack> s(new ServingStack());
-  STRATA_ASSIGN_OR_RETURN(s->runner_, make_model_runner(options.model_dir, options.runner));
+  RunnerOptions runner_options = options.runner;
+  STRATA_RETURN_IF_ERROR(prepare_runner_tiers(options.model_dir, &runner_options));
+  STRATA_ASSIGN_OR_RETURN(s->runner_, make_model_runner(options.model_dir, runner_options));
   STRATA_RETURN_IF_ERROR(check_speculative_config(options.engine.speculative, *s->runner_));
   auto tok = load_tokenizer_from_dir(options.model_dir);
   if (tok.ok()) {
@@ -27,6 +29,7 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   const std::string name =
       options.http.model_name.empty() ? s->runner_->info().name : options.http.model_name;
   s->metrics_ = std::make_unique<ServerMetrics>(name);
+  s->metrics_->set_unit_store(runner_options.unit_store);
   s->engine_ = std::make_unique<Engine>(s->runner_.get(), s->tokenizer_.get(), options.engine);
   s->metrics_->set_log_requests(options.log.log_requests);
   s->engine_->set_observer(s->metrics_.get());

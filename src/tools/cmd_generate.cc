@@ -17,6 +17,7 @@
 #include "model/tokenizer.h"
 #include "sched/spec_decode.h"
 #include "tools/command_registry.h"
+#include "tools/tier_flags.h"
 
 namespace strata::tools {
 namespace {
@@ -37,6 +38,7 @@ struct GenerateCli {
   std::string speculative_config;  // vLLM's --speculative-config JSON
   std::string prompt_ids;  // --prompt-ids as given
   bool have_prompt_ids = false;  // --prompt-ids was passed (possibly empty: a usage error)
+  TierCli tiers;
 };
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; false on anything else.
@@ -107,6 +109,14 @@ int run_generate(GenerateCli& o) {
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
+  {
+    StatusOr<TierOptions> t = tier_options(o.tiers);
+    if (!t.ok()) {
+      fmt::print(stderr, "strata generate: {}\n", t.status().message());
+      return 2;
+    }
+    ro.tiers = *t;
+  }
   auto runner = make_model_runner(o.model, ro);
   if (!runner.ok()) {
     fmt::print(stderr, "strata generate: {}\n", runner.status().to_string());
@@ -186,6 +196,9 @@ int run_generate(GenerateCli& o) {
                res->generated_ids.size(),
                n > 1 ? (n - 1) / std::max(1e-9, res->decode_seconds) : 0.0,
                o.threads > 0 ? o.threads : ThreadPool(0).num_threads());
+    if (res->cached_tokens > 0)
+      fmt::print(stderr, "[generate] prefix cache: {} of {} prompt tokens restored\n",
+                 res->cached_tokens, res->prompt_ids.size());
     if (proposer)
       fmt::print(stderr, "[generate] speculative {}: {} of {} draft tokens accepted\n",
                  spec->method, res->accepted_tokens, res->draft_tokens);
@@ -217,6 +230,7 @@ void setup_generate(CLI::App& app) {
   cmd->add_option("--min-p", o->min_p, "Min-p filter relative to the top token (0: off)")
       ->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
+  add_tier_options(cmd, &o->tiers);
   cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
       ->capture_default_str()
       ->check(threads_range());

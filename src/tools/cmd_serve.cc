@@ -11,6 +11,7 @@
 #include "sched/spec_decode.h"
 #include "serve/serving_stack.h"
 #include "tools/command_registry.h"
+#include "tools/tier_flags.h"
 
 namespace strata::tools {
 namespace {
@@ -42,6 +43,7 @@ struct ServeCli {
   double log_stats_interval = 10;
   std::string metrics_prefix = "strata:";
   std::string speculative_config;
+  TierCli tiers;
 };
 
 int run_serve(ServeCli& o) {
@@ -102,6 +104,14 @@ int run_serve(ServeCli& o) {
   so.runner.threads = o.threads;
   so.runner.kv_cache_tokens = o.kv_cache_tokens;
   so.runner.prefix_restore = o.prefix_restore;
+  {
+    StatusOr<TierOptions> t = tier_options(o.tiers);
+    if (!t.ok()) {
+      fmt::print(stderr, "strata serve: {}\n", t.status().message());
+      return 2;
+    }
+    so.runner.tiers = *t;
+  }
   so.runner.progress = true;
   so.runner.name = o.served_name;
   so.disagg = o.disagg;
@@ -176,6 +186,7 @@ void setup_serve(CLI::App& app) {
                   "replay-exact (replays the layers' window dependency cone; exact)")
       ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
       ->capture_default_str();
+  add_tier_options(cmd, &o->tiers);
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "

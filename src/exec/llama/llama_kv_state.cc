@@ -35,6 +35,7 @@ LlamaKvState::LlamaKvState(const Options& o) : o_(o) {
   co.snapshot_slots = 0;
   co.prefix_cache = o.prefix_cache;
   co.prefix_salt = o.salt;
+  co.unit_store = o.unit_store;
   cm_ = std::make_unique<CacheManager>(*graph_, co);
   owner_of_layer_.resize(o.n_layers);
   for (int l = 0; l < o.n_layers; ++l) {

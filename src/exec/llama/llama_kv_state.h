@@ -40,6 +40,7 @@
 namespace strata {
 
 class CacheManager;
+class UnitStore;
 class StateGraph;
 struct HandoffState;
 
@@ -59,6 +60,7 @@ class LlamaKvState {
     bool prefix_cache = true;
     std::string identity;         // model identity for the hash root (name, config, weights)
     uint64_t salt = 0;
+    std::shared_ptr<UnitStore> unit_store;  // tiers below the working pool (null = none)
   };
   explicit LlamaKvState(const Options& o);
   ~LlamaKvState();

@@ -33,7 +33,12 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
   // allocated up front, so this doubles the KV memory; cached blocks are evicted LRU only
   // when a step would run short).
   k.cache_tokens = k.capacity_tokens;
-  k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}", m.dir(), c.num_hidden_layers,
+  k.unit_store = o.unit_store;
+  k.salt = o.prefix_salt;
+  // With a checkpoint fingerprint (tiers) the files are the identity, not their path, so
+  // servers on copies of the checkpoint share units.
+  k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}",
+                           o.prefix_salt ? std::string("fp") : m.dir(), c.num_hidden_layers,
                            c.hidden_size, c.num_key_value_heads, c.head_dim, c.vocab_size);
   return k;
 }
