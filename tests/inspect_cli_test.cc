@@ -60,3 +60,22 @@ TEST(InspectCli, MissingModelExitsOne) {
 
 }  // namespace
 }  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+// The real V4.1-Flash config: Engram table rows and bytes (issue 26 item 4). Rows are the
+// config's engram_num_embeddings (384,006,168 + 384,016,682); a row is 256 FP8 bytes plus
+// 256 / 32 = 8 UE8M0 scale bytes.
+TEST(InspectCli, EngramTableBytesOfTheRealConfig) {
+  const char* e = std::getenv("STRATA_SOURCE_DIR");
+  const std::string cfg =
+      std::string(e ? e : STRATA_SOURCE_DIR) + "/testdata/configs/deepseek-v4.1-flash.config.json";
+  std::string out;
+  ASSERT_EQ(run_strata("inspect " + cfg, &out), 0) << out;
+  EXPECT_NE(out.find("Engram tables: 768022850 rows in 2 layers, 264 B per row (256 FP8 + 8 "
+                     "scale), 202.76 GB"),
+            std::string::npos)
+      << out;
+}
+}  // namespace
+}  // namespace strata::tools

@@ -195,6 +195,32 @@ TEST(KvTiersE2e, TwoServersShareARedisPool) {
   EXPECT_GT(metric_sum(a->port(), "strata:kv_tier_stores_total"), 0);
 }
 
+// Engram tables read from disk on demand (a tiny hot-row cache: rows are evicted and read
+// again) answer exactly as the default placement; the counters are on /metrics.
+TEST(KvTiersE2e, EngramDiskPlacementAnswersIdentically) {
+  const std::string name = "deepseek-v41-tiny";
+  const Model m = model_facts(name);
+  auto a = serve(name, "engram-mmap", {});
+  auto b = serve(name, "engram-disk", {"--engram-placement", "disk", "--engram-cache-bytes", "2KiB"});
+  ASSERT_TRUE(a && b);
+  for (int64_t len : {5, 40, 150}) {
+    const auto p = random_prompt(len, static_cast<uint32_t>(len + 1000), m.vocab);
+    const Reply ra = complete(a->port(), p);
+    const Reply rb = complete(b->port(), p);
+    ASSERT_EQ(ra.status, 200) << ra.body;
+    ASSERT_EQ(rb.status, 200) << rb.body;
+    EXPECT_EQ(rb.ids, ra.ids) << "len " << len;
+    EXPECT_EQ(rb.logprobs, ra.logprobs) << "len " << len;
+  }
+  const double lookups = metric_sum(b->port(), "strata:engram_row_lookups_total");
+  EXPECT_GT(lookups, 0);
+  EXPECT_EQ(metric_sum(b->port(), "strata:engram_row_hits_total") +
+                metric_sum(b->port(), "strata:engram_row_misses_total"),
+            lookups);
+  EXPECT_GT(metric_sum(b->port(), "strata:engram_read_bytes_total"), 0);
+  EXPECT_LE(metric_sum(b->port(), "strata:engram_cache_bytes"), 2048 + 64);
+}
+
 TEST(KvTiersE2e, BadTierFlagsAreRefused) {
   std::string out;
   const std::string m = " --model " + model_dir("stories260K") + " --port 0";

@@ -159,6 +159,45 @@ TEST(V41Golden, LayerDumpsCase08) {
   EXPECT_EQ(md, 0.0);
 }
 
+// Engram table placements (issue 26 item 4): the resident copy, the mapping and the file
+// read on demand through a hot-row cache (a tiny one too, so rows are evicted and read again)
+// all give the reference's prefill logits bit for bit.
+TEST(V41Golden, EngramPlacementsAreBitIdentical) {
+  Golden g;
+  std::vector<int64_t> p64 = to_i64(g.t("case08.prompt"));
+  std::vector<int32_t> prompt(p64.begin(), p64.end());
+  const std::vector<float> ref = to_f32(g.t("case08.prefill_logits"));
+  for (const auto& [placement, cache] : {std::pair{EngramPlacement::kRam, int64_t{0}},
+                                         std::pair{EngramPlacement::kMmap, int64_t{0}},
+                                         std::pair{EngramPlacement::kDisk, int64_t{0}},
+                                         std::pair{EngramPlacement::kDisk, int64_t{256}}}) {
+    V41LoadOptions o;
+    o.engram_placement = placement;
+    o.engram_cache_bytes = cache;
+    auto m = DeepseekV41Model::load(model_dir(), o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const std::string what = fmt::format("{} cache {}", engram_placement_name(placement), cache);
+    for (int run = 0; run < 2; ++run) {
+      const testing::ReferenceRun r =
+          testing::reference_layer_dumps<V41ForwardOptions>(**m, prompt);
+      ASSERT_EQ(r.logits.size(), ref.size()) << what;
+      EXPECT_TRUE(r.logits == ref) << what << " run " << run;
+    }
+    const EngramTableStats st = (*m)->engram_tables()->stats();
+    EXPECT_GT(st.lookups, 0) << what;
+    EXPECT_GT(st.table_rows, 0) << what;
+    if (placement == EngramPlacement::kDisk) {
+      EXPECT_EQ(st.hits + st.misses, st.lookups) << what;
+      EXPECT_GT(st.read_bytes, 0) << what;
+      EXPECT_LE(st.cached_bytes, std::max<int64_t>(cache > 0 ? cache : 64 << 20, 0) + 64) << what;
+      if (cache == 0) EXPECT_GT(st.hits, 0) << what << ": the second run reads the hot rows";
+    } else {
+      EXPECT_EQ(st.hits, st.lookups) << what;
+      EXPECT_EQ(st.read_bytes, 0) << what;
+    }
+  }
+}
+
 // Stable cases whose teacher-forced decode still diverges from the reference at one route:
 // the divergence must stay at exactly this decode step or later, and every logits row before
 // it must be bit-identical. Empty since the decode steps model torch's scalar-tail libm exp /

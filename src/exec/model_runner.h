@@ -20,6 +20,8 @@
 
 namespace strata {
 
+class EngramTableStore;
+
 class StateGraph;
 struct HandoffState;
 
@@ -157,6 +159,11 @@ class ModelRunner {
                                 const HandoffState& st, int64_t* held) {
     return Status(StatusCode::kUnimplemented, "this runner cannot import state");
   }
+
+  // ---- Optional: Engram table placement (V4.1; default: none). ----
+  // The model's Engram table store (its stats() are thread-safe, so the server's /metrics
+  // may read them while steps run); null when the model has no Engram layers.
+  virtual const EngramTableStore* engram_tables() const { return nullptr; }
 
   // ---- Optional: benchmarks. ----
   // Bytes of weights and state one decode step of a sequence of `len` tokens reads from

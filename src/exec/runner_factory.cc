@@ -77,6 +77,8 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     V41LoadOptions load;
     load.progress = options.progress;
     load.threads = options.threads;
+    STRATA_ASSIGN_OR_RETURN(load.engram_placement, parse_engram_placement(options.engram_placement));
+    load.engram_cache_bytes = options.engram_cache_bytes;
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
     cache.unit_store = options.unit_store;

@@ -34,6 +34,11 @@ struct RunnerOptions {
   // checkpoint fingerprint (model/checkpoint_fingerprint.h), so units written by another
   // checkpoint are never found.
   TierOptions tiers;
+  // V4.1 Engram tables: "mmap" (read through the checkpoint mapping), "ram" (resident copy)
+  // or "disk" (pread on demand through a hot-row cache of engram_cache_bytes, 0 = 64 MiB,
+  // fetched ahead per step); bit-identical results (exec/deepseek_v41/v41_engram_table.h).
+  std::string engram_placement = "mmap";
+  int64_t engram_cache_bytes = 0;
   // Filled by make_model_runner from `tiers` (runners read them; callers leave them unset).
   std::shared_ptr<UnitStore> unit_store;
   uint64_t prefix_salt = 0;

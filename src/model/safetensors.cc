@@ -230,6 +230,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   } catch (const std::exception& e) {  // nlohmann type errors etc.; should not happen
     return data_loss("{}: bad header: {}", path, e.what());
   }
+  for (auto& [name, t] : f->tensors_) t.file_offset = t.data - base;
   // safetensors aligns nothing: a tensor may start at an offset that is not a multiple of
   // its element size (a file whose header length or earlier tensors are odd-sized), where
   // typed reads through f32() / u16() are undefined. Such tensors are copied once into

@@ -45,6 +45,7 @@ struct TensorView {
   const uint8_t* data = nullptr;  // points into the mmap; not owned
   size_t num_bytes = 0;
   std::string file;               // path of the file it came from (for error messages)
+  int64_t file_offset = -1;       // byte offset of the data in that file (-1: not from a file)
 
   int64_t numel() const;
   // Typed access; CHECKs the dtype matches.

@@ -1,5 +1,7 @@
 #include "serve/server_metrics.h"
 
+#include <tuple>
+
 #include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
@@ -218,6 +220,21 @@ std::string ServerMetrics::render(const EngineStats& s) const {
                        escape_label(u.kind), escape_label(u.tier), u.capacity_bytes);
   }
   if (store_) render_tiers(store_->stats(), model, &out);
+  if (engram_) {
+    const EngramTableStats e = engram_->stats();
+    const std::string pl = fmt::format("{},placement=\"{}\"", model,
+                                       engram_placement_name(engram_->placement()));
+    for (const auto& [name, type, help, v] : std::vector<std::tuple<const char*, const char*, const char*, double>>{
+             {"engram_row_lookups_total", "counter", "Engram table rows read by layers.", double(e.lookups)},
+             {"engram_row_hits_total", "counter", "Of those, rows resident (hot-row cache for disk).", double(e.hits)},
+             {"engram_row_misses_total", "counter", "Rows read from the file when the layer needed them (disk).", double(e.misses)},
+             {"engram_rows_prefetched_total", "counter", "Rows read ahead of their layer (disk).", double(e.prefetched)},
+             {"engram_read_bytes_total", "counter", "Bytes of Engram rows read from the file (disk).", double(e.read_bytes)},
+             {"engram_cache_bytes", "gauge", "Bytes in the Engram hot-row cache (disk).", double(e.cached_bytes)},
+             {"engram_table_bytes", "gauge", "Bytes of all Engram tables and scales.", double(e.table_bytes)}})
+      out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} {}\nstrata:{}{{{}}} {}\n", name, help,
+                         name, type, name, pl, v);
+  }
   std::lock_guard lock(mu_);
   out += "# HELP strata:request_success_total Finished requests by finish reason.\n"
          "# TYPE strata:request_success_total counter\n";

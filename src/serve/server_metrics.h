@@ -21,6 +21,7 @@
 
 #include "sched/engine.h"
 #include "state/unit_store.h"
+#include "exec/deepseek_v41/v41_engram_table.h"
 
 namespace strata {
 
@@ -51,6 +52,8 @@ class ServerMetrics : public EngineObserver {
   // Tiers below the working pool whose stats() /metrics reports (null: none). Call before
   // the server starts.
   void set_unit_store(std::shared_ptr<UnitStore> store) { store_ = std::move(store); }
+  // The model's Engram table store (null: none); its counters go to /metrics.
+  void set_engram_tables(const EngramTableStore* t) { engram_ = t; }
   void on_request_finished(const RequestTimings& t) override;
   // The whole /metrics page for the given engine snapshot.
   std::string render(const EngineStats& stats) const;
@@ -62,6 +65,7 @@ class ServerMetrics : public EngineObserver {
   std::map<std::string, int64_t> finished_by_reason_;
   bool log_requests_ = false;
   std::shared_ptr<UnitStore> store_;
+  const EngramTableStore* engram_ = nullptr;
 };
 
 }  // namespace strata

@@ -30,6 +30,7 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
       options.http.model_name.empty() ? s->runner_->info().name : options.http.model_name;
   s->metrics_ = std::make_unique<ServerMetrics>(name);
   s->metrics_->set_unit_store(runner_options.unit_store);
+  s->metrics_->set_engram_tables(s->runner_->engram_tables());
   s->engine_ = std::make_unique<Engine>(s->runner_.get(), s->tokenizer_.get(), options.engine);
   s->metrics_->set_log_requests(options.log.log_requests);
   s->engine_->set_observer(s->metrics_.get());

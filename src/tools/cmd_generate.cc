@@ -109,13 +109,9 @@ int run_generate(GenerateCli& o) {
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
-  {
-    StatusOr<TierOptions> t = tier_options(o.tiers);
-    if (!t.ok()) {
-      fmt::print(stderr, "strata generate: {}\n", t.status().message());
-      return 2;
-    }
-    ro.tiers = *t;
+  if (Status st = apply_tier_flags(o.tiers, &ro); !st.ok()) {
+    fmt::print(stderr, "strata generate: {}\n", st.message());
+    return 2;
   }
   auto runner = make_model_runner(o.model, ro);
   if (!runner.ok()) {

@@ -120,10 +120,20 @@ std::string deepseek_arch_text(const DeepseekConfig& c) {
                      "{}\n",
                      ids(c.engram_layer_ids), c.engram_max_ngram_size, c.engram_n_heads,
                      c.engram_head_dim, c.engram_compressed_vocab_size);
+  if (!c.engram_layer_ids.empty()) {
+    // Table rows: FP8 E4M3 [rows, head_dim] + UE8M0 scales [rows, head_dim / 32] per layer.
+    int64_t rows = 0;
+    for (int64_t r : c.engram_num_embeddings) rows += r;
+    const int64_t row_bytes = c.engram_head_dim + (c.engram_head_dim + 31) / 32;
+    s += fmt::format("  Engram tables: {} rows in {} layers, {} B per row ({} FP8 + {} scale), "
+                     "{:.2f} GB in all (--engram-placement ram|mmap|disk)\n",
+                     rows, c.engram_layer_ids.size(), row_bytes, c.engram_head_dim,
+                     row_bytes - c.engram_head_dim, rows * row_bytes / 1e9);
+  }
   if (c.n_draft_layers > 0) {
     if (c.is_v41() || !c.dspark_target_layer_ids.empty())
       s += fmt::format("  DSpark: {} stages (layer ids {}..{}), block {}, taps {}, markov rank {}"
-                       " (loaded; running them is the speculative-decoding work, not yet)\n",
+                       " (served with --speculative-config '{{\"method\":\"dspark\"}}')\n",
                        c.n_draft_layers, c.n_layers, c.total_layers() - 1, c.dspark_block_size,
                        ids(c.dspark_target_layer_ids), c.dspark_markov_rank);
     else

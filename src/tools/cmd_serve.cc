@@ -104,13 +104,9 @@ int run_serve(ServeCli& o) {
   so.runner.threads = o.threads;
   so.runner.kv_cache_tokens = o.kv_cache_tokens;
   so.runner.prefix_restore = o.prefix_restore;
-  {
-    StatusOr<TierOptions> t = tier_options(o.tiers);
-    if (!t.ok()) {
-      fmt::print(stderr, "strata serve: {}\n", t.status().message());
-      return 2;
-    }
-    so.runner.tiers = *t;
+  if (Status st = apply_tier_flags(o.tiers, &so.runner); !st.ok()) {
+    fmt::print(stderr, "strata serve: {}\n", st.message());
+    return 2;
   }
   so.runner.progress = true;
   so.runner.name = o.served_name;

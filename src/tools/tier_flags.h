@@ -3,6 +3,7 @@
 //   --kv-cache-dir DIR     disk tier directory (persists across restarts)
 //   --disk-cache-bytes N   disk tier budget (default 16 GiB)
 //   --kv-pool URL          shared pool, redis://HOST:PORT
+//   --engram-placement ram|mmap|disk, --engram-cache-bytes N   (V4.1 Engram tables)
 // Sizes accept 4096, 512MiB, 16GiB, 1e9 (parse_byte_size).
 #pragma once
 
@@ -11,12 +12,14 @@
 #include <CLI/CLI.hpp>
 
 #include "base/status.h"
+#include "exec/runner_factory.h"
 #include "tiers/tiers.h"
 
 namespace strata::tools {
 
 struct TierCli {
   std::string host_bytes = "0", disk_bytes = "0", disk_dir, pool_url;
+  std::string engram_placement = "mmap", engram_cache_bytes = "64MiB";
 };
 
 inline void add_tier_options(CLI::App* cmd, TierCli* t) {
@@ -33,6 +36,15 @@ inline void add_tier_options(CLI::App* cmd, TierCli* t) {
   cmd->add_option("--kv-pool", t->pool_url,
                   "Prefix-cache pool shared between servers: redis://HOST:PORT (every published "
                   "unit is written through; servers on the same checkpoint hit each other's)");
+  cmd->add_option("--engram-placement", t->engram_placement,
+                  "V4.1 Engram tables: mmap (read through the checkpoint's mapping), ram "
+                  "(resident copy) or disk (read on demand, hot rows cached, each step's rows "
+                  "fetched ahead); identical results")
+      ->check(CLI::IsMember({"ram", "mmap", "disk"}))
+      ->capture_default_str();
+  cmd->add_option("--engram-cache-bytes", t->engram_cache_bytes,
+                  "Hot-row cache of --engram-placement disk")
+      ->capture_default_str();
 }
 
 inline StatusOr<TierOptions> tier_options(const TierCli& t) {
@@ -49,6 +61,17 @@ inline StatusOr<TierOptions> tier_options(const TierCli& t) {
   if (o.disk_bytes > 0 && o.disk_dir.empty())
     return invalid_argument("--disk-cache-bytes needs --kv-cache-dir");
   return o;
+}
+
+// Fills the runner options the flags govern (tiers and Engram placement); InvalidArgument
+// naming the flag for a bad size.
+inline Status apply_tier_flags(const TierCli& t, RunnerOptions* ro) {
+  STRATA_ASSIGN_OR_RETURN(ro->tiers, tier_options(t));
+  StatusOr<int64_t> n = parse_byte_size(t.engram_cache_bytes);
+  if (!n.ok()) return invalid_argument("--engram-cache-bytes: {}", n.status().message());
+  ro->engram_placement = t.engram_placement;
+  ro->engram_cache_bytes = *n;
+  return ok_status();
 }
 
 }  // namespace strata::tools

@@ -78,6 +78,12 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
     ec.num_embeddings = c.engram_num_embeddings;
     STRATA_ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::create(ec, std::move(map)));
     m->engram_hasher_.emplace(std::move(hasher));
+    m->engram_tables_ = std::make_unique<EngramTableStore>(options.engram_placement,
+                                                           options.engram_cache_bytes);
+    for (int layer : c.engram_layer_ids) {
+      const V41EngramWeights& ew = m->weights_->layer(layer).engram;
+      STRATA_RETURN_IF_ERROR(m->engram_tables_->add_layer(layer, ew.table, ew.table_scale));
+    }
   }
 
   for (int l = 0; l < c.total_layers(); ++l) {
@@ -113,12 +119,17 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
   const int64_t K = ncols * ed;
   const int64_t nsc = (ed + 31) / 32;
   std::vector<float> e(S * K);
+  // The step's table rows, from wherever the placement keeps them (fetched ahead for disk).
+  std::vector<int64_t> rows(S * ncols);
+  for (int64_t i = 0; i < S; ++i)
+    for (int col = 0; col < ncols; ++col)
+      rows[i * ncols + col] = c.hashes[(i * nl + ls.engram_slot) * ncols + col];
+  std::vector<uint8_t> trows(S * ncols * ed), srows(S * ncols * nsc);
+  engram_tables_->gather(L, rows.data(), S * ncols, trows.data(), srows.data());
   for (int64_t i = 0; i < S; ++i)
     for (int col = 0; col < ncols; ++col) {
-      const int64_t row = c.hashes[(i * nl + ls.engram_slot) * ncols + col];
-      STRATA_CHECK(row >= 0 && row < ew.table.shape[0]);
-      const uint8_t* tr = ew.table.data + row * ed;
-      const uint8_t* sr = ew.table_scale.data + row * nsc;
+      const uint8_t* tr = &trows[(i * ncols + col) * ed];
+      const uint8_t* sr = &srows[(i * ncols + col) * nsc];
       for (int64_t k = 0; k < ed; ++k)
         e[i * K + col * ed + k] = round_to_bf16(v41::e4m3_decode(tr[k]) * ue8m0_to_f32(sr[k / 32]));
     }
@@ -181,6 +192,18 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   if (engram_hasher_) {
     c.hashes.resize(S * engram_hasher_->n_layers() * engram_hasher_->n_cols());
     engram_hasher_->hash(seq->engram_history(), raw, c.s0, c.hashes.data());
+    if (engram_tables_->placement() == EngramPlacement::kDisk) {
+      // Rows of every Engram layer are known now: read them ahead while layers run.
+      const int nl = engram_hasher_->n_layers(), ncols = engram_hasher_->n_cols();
+      std::vector<std::pair<int, std::vector<int64_t>>> ahead;
+      for (int j = 0; j < nl; ++j) {
+        std::vector<int64_t> rows;
+        for (int64_t i = 0; i < S; ++i)
+          for (int col = 0; col < ncols; ++col) rows.push_back(c.hashes[(i * nl + j) * ncols + col]);
+        ahead.emplace_back(cf.engram_layer_ids[j], std::move(rows));
+      }
+      engram_tables_->prefetch(std::move(ahead));
+    }
   }
 
   // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.

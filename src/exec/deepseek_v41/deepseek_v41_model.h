@@ -42,6 +42,7 @@
 #include "model/deepseek_config.h"
 #include "model/deepseek_v41_weights.h"
 #include "model/engram_hash.h"
+#include "exec/deepseek_v41/v41_engram_table.h"
 #include "model/safetensors.h"
 #include "state/state_graph.h"
 
@@ -119,6 +120,11 @@ struct V41LoadOptions {
   // many multiply-adds (below, a dispatch costs more than it saves); tests lower it to run
   // the pooled paths on tiny models.
   int64_t min_parallel_attention_macs = int64_t{1} << 16;
+  // Where the Engram tables are read from (v41_engram_table.h): the checkpoint's mapping
+  // (default), a resident copy, or the file on demand through a hot-row cache of
+  // engram_cache_bytes (0: 64 MiB).
+  EngramPlacement engram_placement = EngramPlacement::kMmap;
+  int64_t engram_cache_bytes = 0;
 };
 
 class DeepseekV41Model {
@@ -130,6 +136,8 @@ class DeepseekV41Model {
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV41Weights& weights() const { return *weights_; }
+  // Engram table placement and its counters (null: the model has no Engram layers).
+  const EngramTableStore* engram_tables() const { return engram_tables_.get(); }
   // Compute pool of the forward (null when loaded with threads == 1).
   ThreadPool* pool() const { return pool_.get(); }
   int64_t max_context() const { return max_context_; }
@@ -210,6 +218,7 @@ class DeepseekV41Model {
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   std::unique_ptr<DeepseekV41Weights> weights_;
   std::optional<EngramHasher> engram_hasher_;
+  std::unique_ptr<EngramTableStore> engram_tables_;
   std::vector<v41::RopeTable> rope_;  // per layer id (backbone, then draft stages)
   int64_t max_context_ = 0;
   int64_t min_parallel_attention_macs_ = int64_t{1} << 16;

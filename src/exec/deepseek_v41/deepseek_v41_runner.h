@@ -45,6 +45,7 @@ class DeepseekV41Runner
   int64_t decode_bytes_read(int64_t len) const override;
   // DSpark (DeepseekV41Model::dspark_draft) when the checkpoint has the stages.
   int draft_block_size() const override { return model_->dspark_block_size(); }
+  const EngramTableStore* engram_tables() const override { return model_->engram_tables(); }
   StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) override;
 
  private:
