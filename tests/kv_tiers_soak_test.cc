@@ -125,6 +125,7 @@ TEST(KvTiersSoak, ChurnWithATinyWorkingPool) {
   EXPECT_GT(tiers[0].evictions, 0) << "the host tier is smaller than the shared prefixes";
   EXPECT_GT(tiers[0].demotions, 0);
   EXPECT_GT(tiers[1].hits, 0) << "hits served from the disk tier";
+  EXPECT_GT(tiers[0].prefetched, 0) << "waiting requests' prefixes were read ahead";
   size_t finished = 0, aborted = 0;
   for (size_t i = 0; i < n; ++i) {
     if (cancel[i]) {
@@ -157,6 +158,48 @@ TEST(KvTiersSoak, ChurnWithATinyWorkingPool) {
     EXPECT_TRUE(got[which[j]].logprobs == ref[j].logprobs) << "request " << which[j];
   }
   runner->reset();  // the chain flushes its host tier into `dir` when the last owner goes
+  ro.unit_store.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A request cancelled while its prefix is being read ahead from disk: the engine is unharmed,
+// nothing is held, and the same prompt afterwards hits the prefix and answers as a cold run.
+TEST(KvTiersSoak, CancelWhileItsPrefixLoads) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("strata-cancel-{}", ::getpid())).string();
+  std::filesystem::remove_all(dir);
+  const auto prompt = testing::random_prompt(100, 7, 512);
+  RunnerOptions ro;
+  ro.threads = 1;
+  ro.tiers.host_bytes = 1 << 20;
+  ro.tiers.disk_dir = dir;
+  Out cold;
+  {  // a first server stores the prefix (flushed to disk when it goes)
+    ASSERT_TRUE(prepare_runner_tiers(model_dir("stories260K"), &ro).ok());
+    auto r = make_model_runner(model_dir("stories260K"), ro);
+    ASSERT_TRUE(r.ok());
+    Engine e(r->get(), nullptr, EngineOptions{});
+    cold = run(e, {prompt}, {4}, {0}, 1)[0];
+    ASSERT_EQ(cold.reason, FinishReason::kLength);
+  }
+  ro.unit_store.reset();
+  ASSERT_TRUE(prepare_runner_tiers(model_dir("stories260K"), &ro).ok());
+  auto r = make_model_runner(model_dir("stories260K"), ro);
+  ASSERT_TRUE(r.ok());
+  auto e = std::make_unique<Engine>(r->get(), nullptr, EngineOptions{});
+  const Out cancelled = run(*e, {prompt}, {4}, {1}, 1)[0];  // cancelled at once: prefetch in flight
+  EXPECT_EQ(cancelled.reason, FinishReason::kCancelled);
+  for (const CacheUsage& u : e->stats().cache_usage)
+    if (u.kind == "kv") EXPECT_EQ(u.used_bytes, 0);
+  ro.unit_store->wait_prefetch();
+  const Out again = run(*e, {prompt}, {4}, {0}, 1)[0];
+  EXPECT_EQ(again.reason, FinishReason::kLength);
+  EXPECT_EQ(again.cached, 96);
+  EXPECT_EQ(again.ids, cold.ids);
+  EXPECT_TRUE(again.logprobs == cold.logprobs);
+  EXPECT_GE(ro.unit_store->stats()[0].prefetched, 1);
+  e.reset();  // the engine before its runner
+  r->reset();
   ro.unit_store.reset();
   std::filesystem::remove_all(dir);
 }

@@ -88,6 +88,13 @@ int64_t DeepseekCacheRunner<Model, State, Options>::attach_cached_prefix(SeqId s
 }
 
 template <class Model, class State, class Options>
+void DeepseekCacheRunner<Model, State, Options>::prefetch_cached_prefix(
+    std::span<const int32_t> tokens) {
+  if (cm_->prefix_cache())
+    cm_->manager()->prefetch(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
+template <class Model, class State, class Options>
 int64_t DeepseekCacheRunner<Model, State, Options>::peek_cached_prefix(
     std::span<const int32_t> tokens) const {
   if (!cm_->prefix_cache()) return 0;

@@ -63,6 +63,7 @@ class DeepseekCacheRunner : public ModelRunner {
   Status truncate_sequence(SeqId seq, int64_t new_len) override;
   int64_t prefix_alignment() const override;
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override;
+  void prefetch_cached_prefix(std::span<const int32_t> tokens) override;
   // Paged rows of one unit (graph formulas) + the boundary snapshot stored at every unit
   // boundary under the stored-snapshot policy.
   int64_t prefix_cache_bytes_per_unit() const override;

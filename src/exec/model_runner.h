@@ -131,6 +131,10 @@ class ModelRunner {
   // The hit attach_cached_prefix would give a new sequence fed `tokens` right now (pure; the
   // cache may change before an admission).
   virtual int64_t peek_cached_prefix(std::span<const int32_t> tokens) const { return 0; }
+  // A request with these tokens is waiting for admission: start moving its cached prefix
+  // from slow tiers into the fastest one in the background (CacheManager::prefetch), so the
+  // load at attach_cached_prefix overlaps other requests' steps. Default: nothing.
+  virtual void prefetch_cached_prefix(std::span<const int32_t> tokens) { (void)tokens; }
   // Granularity of prefix-cache hits in tokens; 0 when the runner has no prefix cache.
   virtual int64_t prefix_alignment() const { return 0; }
   // Bytes one cached alignment unit holds in the prefix cache (its growing rows plus any

@@ -391,6 +391,7 @@ bool Engine::iterate() {
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);
     a->arrival = in.arrival;
     a->export_state = in.opts.export_state;
+    runner_->prefetch_cached_prefix(in.prompt);  // slow tiers -> fast, while it waits
     scheduler_.add(a->seq, std::move(in.prompt), a->params.priority, std::move(in.opts.import_state),
                    in.opts.fail_on_import_error);
     active_[in.id] = std::move(a);

@@ -237,6 +237,10 @@ class CacheManager {
   // Identity stamped on every stored object: the hash root (model, unit, formats, salt) and
   // every pool's rows per block and row bytes. Objects with another identity are refused.
   uint64_t store_identity() const;
+  // Asks the store to bring the units of `tokens` that the working pool does not hold into
+  // its fastest tier, in the background (UnitStore::prefetch); a request waiting for
+  // admission. Cheap (hashes only); nothing without a store.
+  void prefetch(const std::vector<int32_t>& tokens) const;
   // Units restored from the store into the working pool / written to it, since construction.
   int64_t units_loaded() const;
   int64_t units_stored() const;

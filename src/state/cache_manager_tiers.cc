@@ -15,6 +15,20 @@ uint64_t CacheManager::store_identity() const { return impl_->identity; }
 int64_t CacheManager::units_loaded() const { return impl_->units_loaded; }
 int64_t CacheManager::units_stored() const { return impl_->units_stored; }
 
+void CacheManager::prefetch(const std::vector<int32_t>& tokens) const {
+  const Impl& I = *impl_;
+  if (!I.store || !opts_.prefix_cache) return;
+  const int64_t u = block_tokens_, len = static_cast<int64_t>(tokens.size());
+  std::vector<uint64_t> keys;
+  uint64_t key = I.root_key;
+  for (int64_t k = 0; (k + 1) * u <= len - 1; ++k) {
+    key = chain_key(key, tokens.data() + k * u, u);
+    auto e = I.entries.find(key);
+    if (e == I.entries.end() || (I.snapshots && e->second.snapshot.empty())) keys.push_back(key);
+  }
+  I.store->prefetch(keys);
+}
+
 int64_t CacheManager::match_units(const std::vector<int32_t>& tokens, bool load) const {
   const Impl& I = *impl_;
   if (!opts_.prefix_cache) return 0;

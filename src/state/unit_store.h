@@ -32,6 +32,7 @@ struct TierStats {
   int64_t evictions = 0;        // objects dropped (or demoted) for the byte budget
   int64_t demotions = 0;        // objects written to the next tier when evicted from this one
   int64_t promotions = 0;       // objects copied up from a lower tier on a hit
+  int64_t prefetched = 0;       // of those, copied ahead of their admission (prefetch)
   int64_t rejected = 0;         // objects found corrupt / foreign on load and dropped
   int64_t errors = 0;           // I/O or connection failures (the operation was skipped)
   double load_seconds = 0, store_seconds = 0;  // summed wall time of loads / stores
@@ -52,6 +53,13 @@ class UnitStore {
   virtual void reject(uint64_t key) = 0;
   // Writes what only volatile tiers hold to the persistent ones (shutdown).
   virtual void flush() {}
+  // Starts copying these objects into the fastest tier in the background (a request waiting
+  // for admission), so the load at admission is a fast one; returns at once. Objects already
+  // there, or absent, are skipped. A request cancelled meanwhile leaves only a warmer tier.
+  // Default: nothing (a single tier has nowhere faster to put them).
+  virtual void prefetch(const std::vector<uint64_t>& keys) { (void)keys; }
+  // Tests: returns when every prefetch issued so far is done.
+  virtual void wait_prefetch() {}
   // One entry per tier, top first.
   virtual std::vector<TierStats> stats() const = 0;
 };

@@ -1,7 +1,10 @@
 // The chain of configured tiers (make_unit_store) and byte-size parsing. See tiers.h.
 #include <cmath>
 #include <cstdlib>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <thread>
 #include <mutex>
 
 #include "tiers/tiers.h"
@@ -14,8 +17,56 @@ class TierChain final : public UnitStore {
   // tiers: top first; shared: index of the shared pool in tiers (-1 = none). The host tier,
   // if any, was built with the disk tier as its spill.
   TierChain(std::vector<std::unique_ptr<UnitStore>> tiers, int shared)
-      : tiers_(std::move(tiers)), shared_(shared) {}
-  ~TierChain() override { flush(); }
+      : tiers_(std::move(tiers)), shared_(shared) {
+    if (tiers_.size() > 1) worker_ = std::thread([this] { prefetch_loop(); });
+  }
+  ~TierChain() override {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      worker_.join();
+    }
+    flush();
+  }
+
+  void prefetch(const std::vector<uint64_t>& keys) override {
+    if (!worker_.joinable() || keys.empty()) return;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.insert(queue_.end(), keys.begin(), keys.end());
+    }
+    cv_.notify_one();
+  }
+
+  void wait_prefetch() override {
+    std::unique_lock<std::mutex> l(mu_);
+    idle_cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+  }
+
+  // The prefetch worker: each queued key not in the top tier is fetched (get() promotes it).
+  void prefetch_loop() {
+    for (;;) {
+      uint64_t key;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        busy_ = false;
+        if (queue_.empty()) idle_cv_.notify_all();
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        key = queue_.front();
+        queue_.pop_front();
+        busy_ = true;
+      }
+      if (tiers_[0]->contains(key)) continue;
+      if (get(key)) {
+        std::lock_guard<std::mutex> l(mu_);
+        ++prefetched_;
+      }
+    }
+  }
 
   bool contains(uint64_t key) override {
     for (auto& t : tiers_)
@@ -59,6 +110,7 @@ class TierChain final : public UnitStore {
       TierStats s = tiers_[i]->stats().at(0);
       std::lock_guard<std::mutex> l(mu_);
       s.promotions += promotions_.count(i) ? promotions_.at(i) : 0;
+      if (i == 0) s.prefetched = prefetched_;
       out.push_back(s);
     }
     return out;
@@ -69,6 +121,12 @@ class TierChain final : public UnitStore {
   int shared_;
   mutable std::mutex mu_;
   std::map<size_t, int64_t> promotions_;
+  // Prefetch worker (only with more than one tier).
+  std::thread worker_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<uint64_t> queue_;
+  bool stop_ = false, busy_ = false;
+  int64_t prefetched_ = 0;
 };
 
 }  // namespace

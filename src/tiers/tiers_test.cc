@@ -134,6 +134,38 @@ TEST(Tiers, ChainPromotesAndFlushesToDisk) {
             StatusCode::kInvalidArgument);
 }
 
+// Prefetch copies objects from the disk tier into the host tier in the background; absent
+// keys are skipped; a chain with one tier does nothing.
+TEST(Tiers, PrefetchWarmsTheHostTier) {
+  TempDir d;
+  TierOptions o{.host_bytes = 1 << 20, .disk_dir = d.path};
+  {
+    auto a = make_unit_store(o);
+    ASSERT_TRUE(a.ok());
+    for (uint64_t k = 1; k <= 5; ++k) (*a)->put(k, obj(static_cast<uint8_t>(k), 1000));
+  }  // flushed to disk
+  auto b = make_unit_store(o);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->stats()[0].objects, 0);
+  (*b)->prefetch({1, 2, 3, 4, 5, 99});
+  (*b)->wait_prefetch();
+  const auto st = (*b)->stats();
+  EXPECT_EQ(st[0].objects, 5);
+  EXPECT_EQ(st[0].prefetched, 5);
+  EXPECT_EQ(st[0].promotions, 5);
+  EXPECT_EQ(st[1].hits, 5);
+  EXPECT_EQ(*(*b)->get(3), obj(3, 1000));
+  EXPECT_EQ((*b)->stats()[0].hits, 1);  // from the host tier now
+  (*b)->prefetch({1, 2});                // already on top: nothing to do
+  (*b)->wait_prefetch();
+  EXPECT_EQ((*b)->stats()[0].prefetched, 5);
+  auto single = make_unit_store(TierOptions{.disk_dir = d.path});
+  ASSERT_TRUE(single.ok());
+  (*single)->prefetch({1});
+  (*single)->wait_prefetch();
+  EXPECT_EQ((*single)->stats()[0].hits, 0);
+}
+
 TEST(Tiers, RedisPoolSharedByTwoChains) {
   if (RedisTestServer::binary().empty()) GTEST_SKIP() << "redis-server not installed";
   RedisTestServer server;

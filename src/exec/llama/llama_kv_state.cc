@@ -298,3 +298,9 @@ void LlamaKvState::check_invariants() const { cm_->check_invariants(); }
 int64_t LlamaKvState::num_cache_entries() const { return cm_->num_cache_entries(); }
 
 }  // namespace strata
+
+namespace strata {
+void LlamaKvState::prefetch_prefix(std::span<const int32_t> tokens) const {
+  if (o_.prefix_cache) cm_->prefetch(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+}  // namespace strata

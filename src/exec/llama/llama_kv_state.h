@@ -96,6 +96,8 @@ class LlamaKvState {
   // Errors as ModelRunner::import_handoff.
   const StateGraph& graph() const { return *graph_; }
   int64_t peek_prefix(std::span<const int32_t> tokens) const;
+  // Starts bringing the stored units of `tokens` into the fastest tier (CacheManager::prefetch).
+  void prefetch_prefix(std::span<const int32_t> tokens) const;
   Status export_state(int64_t seq, int64_t from_pos, std::span<const int32_t> ids,
                       HandoffState* out) const;
   Status import_state(int64_t seq, std::span<const int32_t> tokens, const HandoffState& st,

@@ -55,6 +55,9 @@ class LlamaRunner : public ModelRunner {
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override {
     return kv_.peek_prefix(tokens);
   }
+  void prefetch_cached_prefix(std::span<const int32_t> tokens) override {
+    kv_.prefetch_prefix(tokens);
+  }
   Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
                         HandoffState* out) const override {
     return kv_.export_state(seq.value, from_pos, ids, out);
