@@ -163,6 +163,11 @@ void restart_persistence(const std::string& name, bool corrupt) {
   } else {
     EXPECT_GT(metric_sum(s->port(), "strata:kv_tier_hits_total"), 0);
     EXPECT_EQ(metric_sum(s->port(), "strata:kv_tier_rejected_total"), 0);
+    // Every load is in the latency histogram (the +Inf bucket counts them all).
+    const std::string m = testing::http_get(s->port(), "/metrics").body;
+    EXPECT_NE(m.find("strata:kv_tier_load_seconds_bucket{model_name="), std::string::npos);
+    EXPECT_EQ(metric_sum(s->port(), "strata:kv_tier_load_seconds_count"),
+              metric_sum(s->port(), "strata:kv_tier_hits_total"));  // one timed load per hit
   }
 }
 

@@ -117,11 +117,30 @@ void render_tiers(const std::vector<TierStats>& tiers, const std::string& model,
        [](const TierStats& t) { return double(t.rejected); }},
       {"kv_tier_errors_total", "counter", "I/O or connection failures per tier.",
        [](const TierStats& t) { return double(t.errors); }},
-      {"kv_tier_load_seconds_total", "counter", "Wall time of loads per tier.",
-       [](const TierStats& t) { return t.load_seconds; }},
-      {"kv_tier_store_seconds_total", "counter", "Wall time of stores per tier.",
-       [](const TierStats& t) { return t.store_seconds; }},
+      {"kv_tier_prefetched_total", "counter",
+       "Units copied into each tier ahead of their request's admission.",
+       [](const TierStats& t) { return double(t.prefetched); }},
   };
+  // Latency histograms (Prometheus cumulative buckets).
+  for (const auto& [name, help, load] :
+       {std::tuple{"kv_tier_load_seconds", "Latency of unit loads per tier.", true},
+        std::tuple{"kv_tier_store_seconds", "Latency of unit stores per tier.", false}}) {
+    *out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} histogram\n", name, help, name);
+    for (const TierStats& t : tiers) {
+      const std::vector<int64_t>& h = load ? t.load_hist : t.store_hist;
+      int64_t cum = 0;
+      const size_t nb = std::size(kTierLatencyBounds);
+      for (size_t b = 0; b <= nb; ++b) {
+        cum += b < h.size() ? h[b] : 0;
+        const std::string le = b < nb ? fmt::format("{}", kTierLatencyBounds[b]) : "+Inf";
+        *out += fmt::format("strata:{}_bucket{{{},tier=\"{}\",le=\"{}\"}} {}\n", name, model,
+                            t.tier, le, cum);
+      }
+      *out += fmt::format("strata:{}_sum{{{},tier=\"{}\"}} {}\n", name, model, t.tier,
+                          load ? t.load_seconds : t.store_seconds);
+      *out += fmt::format("strata:{}_count{{{},tier=\"{}\"}} {}\n", name, model, t.tier, cum);
+    }
+  }
   for (const Field& f : kFields) {
     *out += fmt::format("# HELP strata:{} {}\n# TYPE strata:{} {}\n", f.name, f.help, f.name,
                         f.type);

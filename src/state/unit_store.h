@@ -36,7 +36,25 @@ struct TierStats {
   int64_t rejected = 0;         // objects found corrupt / foreign on load and dropped
   int64_t errors = 0;           // I/O or connection failures (the operation was skipped)
   double load_seconds = 0, store_seconds = 0;  // summed wall time of loads / stores
+  // Latency histograms: counts per bucket of kTierLatencyBounds (upper bounds in seconds; one
+  // more bucket for +Inf); observe_* also adds to the sums above.
+  std::vector<int64_t> load_hist, store_hist;
+  void observe_load(double s) { load_seconds += s; add(&load_hist, s); }
+  void observe_store(double s) { store_seconds += s; add(&store_hist, s); }
+
+ private:
+  static void add(std::vector<int64_t>* h, double s);
 };
+
+inline constexpr double kTierLatencyBounds[] = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+                                                1e-2, 2.5e-2, 5e-2, 0.1,  0.25,   1.0};
+inline void TierStats::add(std::vector<int64_t>* h, double s) {
+  constexpr size_t n = sizeof(kTierLatencyBounds) / sizeof(kTierLatencyBounds[0]);
+  if (h->size() != n + 1) h->assign(n + 1, 0);
+  size_t b = 0;
+  while (b < n && s > kTierLatencyBounds[b]) ++b;
+  ++(*h)[b];
+}
 
 class UnitStore {
  public:

@@ -105,7 +105,7 @@ class DiskTier final : public UnitStore {
     ++stats_.hits;
     ++stats_.loads;
     stats_.load_bytes += static_cast<int64_t>(bytes.size());
-    stats_.load_seconds += since(t0);
+    stats_.observe_load(since(t0));
     return bytes;
   }
 
@@ -131,7 +131,7 @@ class DiskTier final : public UnitStore {
     evict_locked(key);
     ++stats_.stores;
     stats_.store_bytes += n;
-    stats_.store_seconds += since(t0);
+    stats_.observe_store(since(t0));
   }
 
   void reject(uint64_t key) override {

@@ -22,6 +22,7 @@ class HostTier final : public UnitStore {
   }
 
   std::optional<std::vector<uint8_t>> get(uint64_t key) override {
+    const auto t0 = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.lookups;
     auto it = map_.find(key);
@@ -30,11 +31,15 @@ class HostTier final : public UnitStore {
     ++stats_.hits;
     ++stats_.loads;
     stats_.load_bytes += static_cast<int64_t>(it->second.bytes.size());
-    return it->second.bytes;
+    std::vector<uint8_t> out = it->second.bytes;
+    stats_.observe_load(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return out;
   }
 
   void put(uint64_t key, const std::vector<uint8_t>& bytes) override {
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> evicted;
+    const auto t0 = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> l(mu_);
       const int64_t n = static_cast<int64_t>(bytes.size());
@@ -53,6 +58,8 @@ class HostTier final : public UnitStore {
       ++stats_.objects;
       ++stats_.stores;
       stats_.store_bytes += n;
+      stats_.observe_store(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     spill(evicted);  // outside the lock: the next tier does I/O
   }
