@@ -79,3 +79,29 @@ TEST(InspectCli, EngramTableBytesOfTheRealConfig) {
 }
 }  // namespace
 }  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+// `strata plan` on the real V4.1-Flash config and the stated 8x H100 node: the Engram tables,
+// the unit / snapshot bytes and a decision for each tier at 4K, 128K and 1M tokens.
+TEST(PlanCli, RealConfigOnAStatedMachine) {
+  const char* e = std::getenv("STRATA_SOURCE_DIR");
+  const std::string src = e ? e : STRATA_SOURCE_DIR;
+  const std::string cfg = src + "/testdata/configs/deepseek-v4.1-flash.config.json";
+  std::string out;
+  ASSERT_EQ(run_strata("plan --model " + cfg + " --hardware " + src +
+                           "/testdata/hardware/h100x8-node.json",
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("Engram tables: 202.76 GB -> hbm"), std::string::npos) << out;
+  for (const char* ctx : {"context 4096 tokens", "context 131072 tokens", "context 1048576 tokens"})
+    EXPECT_NE(out.find(ctx), std::string::npos) << ctx;
+  EXPECT_NE(out.find("rows 56960 B + boundary snapshot 2930700 B"), std::string::npos);
+  EXPECT_NE(out.find("-> store"), std::string::npos);
+  EXPECT_EQ(run_strata("plan --model " + cfg + " --hardware /nonexistent.json", &out, true), 1);
+  EXPECT_NE(out.find("cannot open --hardware"), std::string::npos);
+  EXPECT_EQ(run_strata("plan --model " + cfg, &out, true), 2);
+}
+}  // namespace
+}  // namespace strata::tools
