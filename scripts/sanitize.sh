@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-MODULES=(base kernels model state tiers exec sched disagg serve)
+MODULES=(base kernels model state tiers dist exec sched disagg serve)
 TARGETS=(); for m in "${MODULES[@]}"; do TARGETS+=("${m}_test"); done
 cmake -S . -B build-asan -G Ninja -DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build-asan -j "$(nproc)" "${TARGETS[@]}"
