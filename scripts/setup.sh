@@ -6,6 +6,7 @@ PKGS=(build-essential cmake ninja-build pkgconf ccache
       libopenblas-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
       libcpp-httplib-dev libmicrohttpd-dev libssl-dev zlib1g-dev libbrotli-dev
       libpcre2-dev libicu-dev libxxhash-dev libzstd-dev libhiredis-dev redis-server
+      openmpi-bin libopenmpi-dev
       libzmq3-dev cppzmq-dev
       libgtest-dev libgmock-dev libbenchmark-dev curl)
 missing=()

@@ -5,6 +5,7 @@
 // full attention with the sink for sinks -30 / 0 / +30, with empty shards and with every shard
 // empty, and applying the sink per shard (negative control) does not.
 #include "dist/dcp.h"
+#include "dist/expert_comm.h"
 
 #include <cmath>
 #include <random>
@@ -160,3 +161,21 @@ TEST(DcpMerge, SinkOnceEqualsFullAttention) {
 
 }  // namespace
 }  // namespace strata::dcp
+
+namespace strata {
+namespace {
+TEST(ExpertOwnership, ContiguousRangesCoverEveryExpertOnce) {
+  for (int64_t E : {1, 3, 8, 128, 384})
+    for (int size : {1, 2, 3, 4, 7}) {
+      for (int64_t e = 0; e < E; ++e) {
+        const int r = expert_owner(e, E, size);
+        ASSERT_GE(r, 0);
+        ASSERT_LT(r, size);
+        EXPECT_LE(expert_begin(r, E, size), e) << E << " " << size << " " << e;
+        EXPECT_LT(e, expert_begin(r + 1, E, size)) << E << " " << size << " " << e;
+      }
+      EXPECT_EQ(expert_begin(size, E, size), E);
+    }
+}
+}  // namespace
+}  // namespace strata

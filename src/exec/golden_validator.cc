@@ -1,6 +1,8 @@
 // Golden parity validation (see golden_validator.h for the rules and their source).
 #include "exec/golden_validator.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -138,6 +140,12 @@ std::string GoldenReport::last_line() const {
   const std::string diff = strict > 0 || cases.empty() ? fmt::format("{:.6g}", max_abs_diff) : "n/a";
   return fmt::format("golden: {} passed, {} failed, max_abs_diff={}, route_divergent={}", passed,
                      failed, diff, route_divergent);
+}
+
+std::string GoldenReport::digest_line() const {
+  uint64_t h = 0;
+  for (const GoldenCaseResult& c : cases) h = XXH3_64bits_withSeed(&c.logits_digest, 8, h);
+  return fmt::format("logits digest: {:016x} ({} cases)", h, cases.size());
 }
 
 std::string GoldenReport::dspark_line() const {
@@ -409,6 +417,7 @@ GoldenCaseResult run_golden_case(GoldenTarget& target, const GoldenCase& c,
   }
   auto check_row = [&](const std::vector<float>& golden, const std::vector<float>& got,
                        const std::string& label) {
+    r.logits_digest = XXH3_64bits_withSeed(got.data(), got.size() * sizeof(float), r.logits_digest);
     if (got.size() != golden.size()) {
       fail(fmt::format("{}: {} logits, the golden row has {} (another model's cases?)", label,
                        got.size(), golden.size()));

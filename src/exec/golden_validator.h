@@ -130,6 +130,9 @@ struct GoldenCaseResult {
   int dspark_ids_differ = 0;    // draft ids (entries 1..block) unequal to the golden's
   double dspark_max_abs_diff = 0.0;  // over strictly compared rows
   std::string error;            // target error or failure reason(s)
+  // XXH3-64 chain over the bytes of every logits row the target produced for the case, in
+  // order (checked or not): equal digests = bit-identical logits (e.g. one rank vs several).
+  uint64_t logits_digest = 0;
   std::string summary() const;  // the one line printed per case
 };
 
@@ -140,6 +143,8 @@ struct GoldenReport {
   int dspark_cases = 0, dspark_steps = 0, dspark_ids_differ = 0;
   // "dspark: C cases, S steps, D draft ids differ" (empty when no case had drafts).
   std::string dspark_line() const;
+  // "logits digest: X" over every case's logits_digest in order.
+  std::string digest_line() const;
   // "golden: N passed, M failed, max_abs_diff=X, route_divergent=R"; X is "n/a" when no
   // logits row was strictly compared in any case.
   std::string last_line() const;

@@ -14,6 +14,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
+#include "mpi/mpi_world.h"
 #include "tools/command_registry.h"
 
 namespace strata::tools {
@@ -29,6 +30,7 @@ struct GoldenArgs {
   double gap_tol = 0.25;
   std::vector<std::string> only;
   std::string call_shape = "canonical";
+  bool expert_parallel = false;
 };
 
 void run_validate_golden(const GoldenArgs& a) {
@@ -43,6 +45,14 @@ void run_validate_golden(const GoldenArgs& a) {
     set_exit_code(1);  // a file that does not load is a failure, not a usage error
     return;
   }
+  // Ranks: under mpirun every rank runs this command; a layout says how they share the work.
+  if (mpi_size() > 1 && !a.expert_parallel) {
+    fmt::print(stderr, "validate golden: {} ranks but no parallel layout: pass "
+               "--enable-expert-parallel (the layouts built so far)\n", mpi_size());
+    set_exit_code(2);
+    return;
+  }
+  if (a.expert_parallel && mpi_size() > 1) set_process_expert_comm(make_mpi_expert_comm());
   const CallShape shape = *parse_call_shape(a.call_shape);  // validated by CLI11
   auto target = make_golden_target(a.model, a.threads, shape);
   if (!target.ok()) {
@@ -62,6 +72,10 @@ void run_validate_golden(const GoldenArgs& a) {
     std::fflush(stdout);
   });
   if (const std::string d = rep.dspark_line(); !d.empty()) fmt::print("{}\n", d);
+  fmt::print("{}\n", rep.digest_line());
+  if (std::shared_ptr<ExpertComm> ep = process_expert_comm())
+    fmt::print("expert parallel: {} ranks, MoE combine {:.3f} s on rank 0\n", ep->size(),
+               ep->seconds());
   fmt::print("{}\n", rep.last_line());
   set_exit_code(rep.failed == 0 && !rep.cases.empty() ? 0 : 1);
 }
@@ -88,6 +102,9 @@ void setup_validate_golden(CLI::App& app) {
                   "one-token decode step) or reference (the reference's whole-prompt / decode "
                   "call shapes, bit-exact)")
       ->check(CLI::IsMember({"canonical", "reference"}));
+  cmd->add_flag("--enable-expert-parallel", args->expert_parallel,
+                "Under mpirun: partition the routed experts over the ranks (contiguous id "
+                "ranges; attention replicated); results equal one rank's bit for bit");
   cmd->callback([args] { run_validate_golden(*args); });
 }
 

@@ -7,11 +7,14 @@
 #include <CLI/CLI.hpp>
 
 #include "base/huge_pages.h"
+#include "mpi/mpi_world.h"
 #include "tools/command_registry.h"
 
 int main(int argc, char** argv) {
   // Heap in transparent huge pages (base/huge_pages.h): may re-execute this binary once.
   strata::reexec_with_malloc_huge_pages(argv);
+  // Under mpirun: MPI up, stdout only on rank 0 (mpi/mpi_world.h). Nothing otherwise.
+  strata::mpi_init_if_launched(&argc, &argv);
   // A decode step allocates and frees scratch of 100 KB .. a few MB per layer (rows read
   // from the state, attention lists). glibc would serve those with mmap/munmap and zero
   // fresh pages every step (and, with worker threads, shoot down TLBs); keep them in the

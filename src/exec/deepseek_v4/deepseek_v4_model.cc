@@ -58,6 +58,8 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
                                               : std::min<int64_t>(m->max_context_, 32768);
   m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
   m->legacy_state_ = legacy_state;
+  m->expert_comm_ = process_expert_comm();
+  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
   return m;
 }
 
@@ -131,26 +133,48 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   }
   if (c.routes) c.routes->moe[L] = sel;
 
-  std::vector<float> y(S * D, 0.0f), xs, rw, eo;
-  std::vector<int64_t> toks;
+  // One call per routed expert some token picked, ascending id; their output rows laid out
+  // in that order. Under expert parallelism this rank computes the experts it owns
+  // (contiguous id ranges, so rank order = expert order) and the combine gathers the rest.
+  struct Call1 {
+    int64_t e = 0, off = 0;
+    std::vector<int64_t> toks;
+    std::vector<float> rw;
+  };
+  std::vector<Call1> calls;
+  int64_t rows = 0;
   for (int64_t e = 0; e < E; ++e) {
-    toks.clear();
-    rw.clear();
+    Call1 call;
+    call.e = e;
     for (int64_t i = 0; i < S; ++i)
       for (int j = 0; j < k; ++j)
         if (sel[i][j] == e) {
-          toks.push_back(i);
-          rw.push_back(wts[i][j]);
+          call.toks.push_back(i);
+          call.rw.push_back(wts[i][j]);
         }
-    if (toks.empty()) continue;
-    const int64_t n = static_cast<int64_t>(toks.size());
-    xs.resize(n * D);
-    for (int64_t r = 0; r < n; ++r) std::copy_n(x + toks[r] * D, D, &xs[r * D]);
-    eo.resize(n * D);
-    expert(mw.experts[e], xs.data(), n, rw.data(), /*clamp=*/true, eo.data());
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t d = 0; d < D; ++d) y[toks[r] * D + d] += eo[r * D + d];
+    if (call.toks.empty()) continue;
+    call.off = rows;
+    rows += static_cast<int64_t>(call.toks.size());
+    calls.push_back(std::move(call));
   }
+  const int ep = expert_comm_ ? expert_comm_->size() : 1;
+  const int me = ep > 1 ? expert_comm_->rank() : 0;
+  std::vector<float> y(S * D, 0.0f), xs, eo(rows * D);
+  std::vector<int64_t> rows_per_rank(ep, 0);
+  for (const Call1& call : calls) {
+    const int owner = ep > 1 ? expert_owner(call.e, E, ep) : 0;
+    const int64_t n = static_cast<int64_t>(call.toks.size());
+    rows_per_rank[owner] += n;
+    if (owner != me) continue;
+    xs.resize(n * D);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xs[r * D]);
+    expert(mw.experts[call.e], xs.data(), n, call.rw.data(), /*clamp=*/true, &eo[call.off * D]);
+  }
+  if (ep > 1) expert_comm_->allgather_rows(eo.data(), rows_per_rank, D);
+  for (const Call1& call : calls)
+    for (size_t r = 0; r < call.toks.size(); ++r)
+      for (int64_t d = 0; d < D; ++d)
+        y[call.toks[r] * D + d] += eo[(call.off + static_cast<int64_t>(r)) * D + d];
   eo.resize(S * D);
   expert(mw.shared, x, S, nullptr, /*clamp=*/false, eo.data());  // V4: "no swiglu_limit"
   for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + eo[i]);

@@ -29,6 +29,7 @@
 // Thread safety: immutable after load; one call at a time per sequence.
 #pragma once
 
+#include "dist/expert_comm.h"
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -123,6 +124,9 @@ class DeepseekV4Model {
   int64_t state_max_tokens_ = 0;
   bool legacy_state_ = false;
   std::unique_ptr<ThreadPool> pool_;  // null: single-threaded
+  // Expert parallelism (dist/expert_comm.h): the process's communicator at load; null or
+  // size 1 = every expert here.
+  std::shared_ptr<ExpertComm> expert_comm_;
 };
 
 }  // namespace strata

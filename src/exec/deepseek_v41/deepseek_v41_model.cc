@@ -100,6 +100,8 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
                                                       : std::min<int64_t>(m->max_context_, 32768);
   m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
   m->legacy_state_ = options.legacy_state;
+  m->expert_comm_ = options.expert_comm ? options.expert_comm : process_expert_comm();
+  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
   return m;
 }
 

@@ -43,6 +43,7 @@
 #include "model/deepseek_v41_weights.h"
 #include "model/engram_hash.h"
 #include "exec/deepseek_v41/v41_engram_table.h"
+#include "dist/expert_comm.h"
 #include "model/safetensors.h"
 #include "state/state_graph.h"
 
@@ -125,6 +126,10 @@ struct V41LoadOptions {
   // engram_cache_bytes (0: 64 MiB).
   EngramPlacement engram_placement = EngramPlacement::kMmap;
   int64_t engram_cache_bytes = 0;
+  // Expert parallelism (dist/expert_comm.h): this rank computes the routed experts it owns
+  // and the combine gathers the others; null = the process's (process_expert_comm()), which
+  // is null on one rank.
+  std::shared_ptr<ExpertComm> expert_comm;
 };
 
 class DeepseekV41Model {
@@ -219,6 +224,7 @@ class DeepseekV41Model {
   std::unique_ptr<DeepseekV41Weights> weights_;
   std::optional<EngramHasher> engram_hasher_;
   std::unique_ptr<EngramTableStore> engram_tables_;
+  std::shared_ptr<ExpertComm> expert_comm_;  // null or size 1: every expert here
   std::vector<v41::RopeTable> rope_;  // per layer id (backbone, then draft stages)
   int64_t max_context_ = 0;
   int64_t min_parallel_attention_macs_ = int64_t{1} << 16;

@@ -254,15 +254,35 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
     calls[i].out = eo + eo_off[i];
     calls[i].route_w = calls[i].rw.empty() ? nullptr : calls[i].rw.data();
   }
-  if (!experts_batched(calls, x, S)) {
+  // Expert parallelism: compute only the routed experts this rank owns (and the shared one);
+  // the others' rows arrive by the combine below.
+  const int ep = expert_comm_ ? expert_comm_->size() : 1;
+  std::vector<ExpertCall> mine;
+  std::vector<int64_t> rows_per_rank(ep, 0);
+  if (ep > 1) {
+    const int me = expert_comm_->rank();
+    for (size_t i = 0; i + 1 < calls.size(); ++i) {
+      const int64_t e = calls[i].w - mw.experts.data();
+      const int r = expert_owner(e, E, ep);
+      rows_per_rank[r] += static_cast<int64_t>(calls[i].toks.size());
+      if (r == me) mine.push_back(calls[i]);
+    }
+    mine.push_back(calls.back());  // the shared expert: replicated
+  }
+  std::vector<ExpertCall>& todo = ep > 1 ? mine : calls;
+  if (!experts_batched(todo, x, S)) {
     std::vector<float> xs;
-    for (ExpertCall& call : calls) {
+    for (ExpertCall& call : todo) {
       const int64_t n = static_cast<int64_t>(call.toks.size());
       xs.resize(n * D);
       for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xs[r * D]);
       expert(*call.w, xs.data(), n, call.route_w, call.out);
     }
   }
+
+  // Combine: every rank's routed rows (contiguous expert ranges, so rank order is ascending
+  // expert id, the layout of eo) to every rank.
+  if (ep > 1) expert_comm_->allgather_rows(eo, rows_per_rank, D);
 
   // Σ routed (ascending expert id, each token's rows in place), then + shared, bf16.
   float* const y = s_y.get_zeroed(S * D);

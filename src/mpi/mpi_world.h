@@ -1,0 +1,22 @@
+// The MPI world of a `strata` process started by mpirun (issue 25). init_if_launched()
+// initializes MPI (MPI_THREAD_FUNNELED: only the thread that runs forwards calls MPI) when the
+// launcher's environment is present (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), silences
+// stdout on ranks other than 0 (every rank runs the same command; rank 0 reports), and
+// registers MPI_Finalize at exit. Without a launcher nothing happens: size() == 1.
+// Errors: a failed MPI_Init_thread is a CHECK failure naming the code.
+// Thread safety: call init from main() before any other thread starts.
+#pragma once
+
+#include <memory>
+
+#include "dist/expert_comm.h"
+
+namespace strata {
+
+bool mpi_init_if_launched(int* argc, char*** argv);
+int mpi_rank();
+int mpi_size();
+// The expert-parallel communicator over MPI_COMM_WORLD (dist/expert_comm.h).
+std::shared_ptr<ExpertComm> make_mpi_expert_comm();
+
+}  // namespace strata
