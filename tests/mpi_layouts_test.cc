@@ -15,6 +15,12 @@
 #include <fmt/format.h>
 
 #include "cli_runner.h"
+#include "pd_process.h"
+#include "runner_fixtures.h"
+#include "serve/test_http_client.h"
+
+#include <nlohmann/json.hpp>
+#include <thread>
 
 namespace strata {
 namespace {
@@ -130,6 +136,72 @@ TEST(SupportMatrix, LatestRecordPerConfiguration) {
   std::ofstream(path, std::ios::app) << "{\"model\": 1}\n";
   EXPECT_EQ(tools::run_strata("support-matrix " + path, &out, true), 1);
   fs::remove(path);
+}
+
+// Through the server: `mpirun -np 2 strata serve --enable-expert-parallel` answers greedy
+// requests (prompt lengths around the tiny models' window 16, ratios 2 / 4 / 16 and unit 64;
+// sequential, then four at once) with the token ids and logprobs of a one-rank server.
+struct Answer {
+  int status = 0;
+  std::string ids, logprobs, body;
+};
+
+Answer ask(int port, const std::vector<int32_t>& prompt) {
+  const nlohmann::json j = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0},
+                            {"logprobs", 2}, {"return_token_ids", true}, {"ignore_eos", true}};
+  const testing::HttpReply h = testing::http_post(port, "/v1/completions", j.dump());
+  Answer a;
+  a.status = h.status;
+  a.body = h.body;
+  if (h.status != 200) return a;
+  const nlohmann::json b = nlohmann::json::parse(h.body);
+  a.ids = b["choices"][0]["token_ids"].dump();
+  a.logprobs = b["choices"][0]["logprobs"].dump();
+  return a;
+}
+
+void serve_equal(const std::string& model) {
+  const std::vector<std::string> args = {"serve", "--model", src_dir() + "/models/" + model,
+                                         "--port", "0", "--threads", "1", "--disable-log-requests"};
+  auto one = testing::StrataProcess::start(args, model + "-1rank");
+  std::vector<std::string> ep_args = args;
+  ep_args.push_back("--enable-expert-parallel");
+  auto two = testing::StrataProcess::start_with(
+      {"/usr/bin/mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"}, ep_args,
+      model + "-2ranks");
+  ASSERT_TRUE(one && two);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t len : {1, 2, 15, 16, 17, 33, 63, 64, 65, 150})
+    prompts.push_back(testing::random_prompt(len, static_cast<uint32_t>(len * 7 + 1), 512));
+  for (const auto& p : prompts) {
+    const Answer a = ask(one->port(), p), b = ask(two->port(), p);
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(b.ids, a.ids) << model << " len " << p.size();
+    EXPECT_EQ(b.logprobs, a.logprobs) << model << " len " << p.size();
+  }
+  std::vector<Answer> together(4);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 4; ++i)
+    th.emplace_back([&, i] { together[i] = ask(two->port(), prompts[3 + 2 * i]); });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 4; ++i) {
+    const Answer a = ask(one->port(), prompts[3 + 2 * i]);
+    EXPECT_EQ(together[i].ids, a.ids) << model << " concurrent " << i;
+    EXPECT_EQ(together[i].logprobs, a.logprobs) << model << " concurrent " << i;
+  }
+  record(model, 2, 2, "serve (greedy, batched), EP over all ranks, attention replicated",
+         ::testing::Test::HasFailure() ? "FAIL" : "pass: outputs equal 1 rank");
+}
+
+TEST(MpiLayouts, ServerWithExpertParallelAnswersAsOneRankV41) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  serve_equal("deepseek-v41-tiny");
+}
+
+TEST(MpiLayouts, ServerWithExpertParallelAnswersAsOneRankV4) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  serve_equal("deepseek-v4flash-tiny");
 }
 
 }  // namespace

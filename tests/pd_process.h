@@ -28,6 +28,13 @@ class StrataProcess {
   // `args` after the binary name. Returns null (and prints why) if it did not come up.
   static std::unique_ptr<StrataProcess> start(const std::vector<std::string>& args,
                                               const std::string& log_name) {
+    return start_with({}, args, log_name);
+  }
+  // The same under a launcher: `launcher` (e.g. {"/usr/bin/mpirun", "-np", "2"}) then the
+  // strata binary and `args`.
+  static std::unique_ptr<StrataProcess> start_with(const std::vector<std::string>& launcher,
+                                                   const std::vector<std::string>& args,
+                                                   const std::string& log_name) {
     std::unique_ptr<StrataProcess> p(new StrataProcess());
     int out[2];
     if (pipe(out) != 0) return nullptr;
@@ -37,8 +44,10 @@ class StrataProcess {
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, out[0]);
     posix_spawn_file_actions_addopen(&fa, 2, p->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const std::string bin = tools::strata_binary();
-    std::vector<std::string> all = {bin};
+    const std::string bin = launcher.empty() ? tools::strata_binary() : launcher[0];
+    std::vector<std::string> all = launcher;
+    all.push_back(tools::strata_binary());
+    if (launcher.empty()) all = {bin};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());

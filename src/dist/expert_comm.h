@@ -5,7 +5,7 @@
 // ascending expert id in fp32 exactly as one rank does -- so the result is bit-identical to a
 // single rank. The implementation over MPI is dist/mpi_world.h (linked into the strata binary
 // only); tests may provide their own.
-// Thread safety: called from the forward's calling thread only (MPI_THREAD_FUNNELED).
+// Thread safety: called from the forward's calling thread only, one at a time.
 #pragma once
 
 #include <cstdint>

@@ -73,8 +73,11 @@ bool mpi_init_if_launched(int* argc, char*** argv) {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK"))
     return false;
   int provided = 0;
-  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // SERIALIZED: the server's engine thread (not main) runs the forwards and their collectives.
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   STRATA_CHECK_MSG(rc == MPI_SUCCESS, "MPI_Init_thread failed ({})", rc);
+  STRATA_CHECK_MSG(provided >= MPI_THREAD_SERIALIZED,
+                   "this MPI provides thread level {} < MPI_THREAD_SERIALIZED", provided);
   g_init = true;
   std::atexit(finalize_at_exit);
   if (mpi_rank() != 0) {  // every rank runs the same command; rank 0 reports

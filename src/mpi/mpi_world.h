@@ -1,5 +1,6 @@
 // The MPI world of a `strata` process started by mpirun (issue 25). init_if_launched()
-// initializes MPI (MPI_THREAD_FUNNELED: only the thread that runs forwards calls MPI) when the
+// initializes MPI (MPI_THREAD_SERIALIZED: one thread at a time calls MPI -- the one running
+// forwards, which in a server is the engine thread) when the
 // launcher's environment is present (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), silences
 // stdout on ranks other than 0 (every rank runs the same command; rank 0 reports), and
 // registers MPI_Finalize at exit. Without a launcher nothing happens: size() == 1.

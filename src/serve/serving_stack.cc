@@ -19,6 +19,7 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   RunnerOptions runner_options = options.runner;
   STRATA_RETURN_IF_ERROR(prepare_runner_tiers(options.model_dir, &runner_options));
   STRATA_ASSIGN_OR_RETURN(s->runner_, make_model_runner(options.model_dir, runner_options));
+  if (options.wrap_runner) s->runner_ = options.wrap_runner(std::move(s->runner_));
   STRATA_RETURN_IF_ERROR(check_speculative_config(options.engine.speculative, *s->runner_));
   auto tok = load_tokenizer_from_dir(options.model_dir);
   if (tok.ok()) {

@@ -7,6 +7,8 @@
 // Thread safety: create/shutdown from one controlling thread.
 #pragma once
 
+#include <functional>
+
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -48,6 +50,9 @@ struct ServeOptions {
   EngineOptions engine;
   RunnerOptions runner;
   DisaggregationOptions disagg;
+  // Applied to the loaded runner before the engine sees it (e.g. several ranks: the runner
+  // that broadcasts every call to the other ranks, mpi/mirrored_runner.h). Null: none.
+  std::function<std::unique_ptr<ModelRunner>(std::unique_ptr<ModelRunner>)> wrap_runner;
 };
 
 class ServingStack {

@@ -12,6 +12,8 @@
 #include "serve/serving_stack.h"
 #include "tools/command_registry.h"
 #include "tools/tier_flags.h"
+#include "mpi/mirrored_runner.h"
+#include "mpi/mpi_world.h"
 
 namespace strata::tools {
 namespace {
@@ -44,6 +46,7 @@ struct ServeCli {
   std::string metrics_prefix = "strata:";
   std::string speculative_config;
   TierCli tiers;
+  bool expert_parallel = false;
 };
 
 int run_serve(ServeCli& o) {
@@ -118,6 +121,33 @@ int run_serve(ServeCli& o) {
     fmt::print(stderr, "strata serve: warning: listening on {} without --api-key: anyone who can "
                "reach it can use it\n", o.host);
   so.disagg.load_failure_recompute = o.kv_load_failure_policy == "recompute";
+  // Several ranks (mpirun): rank 0 serves, the others follow its runner calls.
+  if (mpi_size() > 1) {
+    if (!o.expert_parallel) {
+      fmt::print(stderr, "strata serve: {} ranks but no parallel layout: pass "
+                 "--enable-expert-parallel (the layout built so far)\n", mpi_size());
+      return 2;
+    }
+    if (so.runner.tiers.any() || !so.disagg.mode.empty()) {
+      fmt::print(stderr, "strata serve: several ranks with prefix-cache tiers or a "
+                 "disaggregation role are not supported yet\n");
+      return 2;
+    }
+    set_process_expert_comm(make_mpi_expert_comm());
+    if (mpi_rank() != 0) {
+      auto runner = make_model_runner(so.model_dir, so.runner);
+      if (!runner.ok()) {
+        fmt::print(stderr, "strata serve (rank {}): {}\n", mpi_rank(), runner.status().to_string());
+        return 1;
+      }
+      follow(**runner);
+      return 0;
+    }
+    so.wrap_runner = [](std::unique_ptr<ModelRunner> r) { return make_mirrored_runner(std::move(r)); };
+  } else if (o.expert_parallel) {
+    fmt::print(stderr, "strata serve: --enable-expert-parallel with one rank: every expert is "
+               "here (start with mpirun -np N)\n");
+  }
   auto stack = ServingStack::start(so);
   if (!stack.ok()) {
     // A speculative config the loaded model cannot run is a usage error (exit 2), as in
@@ -183,6 +213,10 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
       ->capture_default_str();
   add_tier_options(cmd, &o->tiers);
+  cmd->add_flag("--enable-expert-parallel", o->expert_parallel,
+                "Under mpirun -np N: partition the routed experts over the ranks (rank 0 "
+                "serves HTTP and runs the scheduler; every call to the model is mirrored to the "
+                "other ranks); outputs equal one rank's");
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "

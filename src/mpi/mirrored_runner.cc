@@ -1,0 +1,210 @@
+// Mirrored runner; see mirrored_runner.h.
+#include "mpi/mirrored_runner.h"
+
+#include <mpi.h>
+
+#include <cstring>
+
+#include "base/check.h"
+
+namespace strata {
+namespace {
+
+enum Op : uint8_t { kAdd = 1, kRelease, kAttach, kStep, kTruncate, kDraft, kStop };
+
+// A flat message: appends / reads PODs and int32 spans.
+struct Msg {
+  std::vector<uint8_t> b;
+  size_t at = 0;
+  template <typename T>
+  void put(T v) {
+    const size_t n = b.size();
+    b.resize(n + sizeof(T));
+    std::memcpy(b.data() + n, &v, sizeof(T));
+  }
+  void put_ids(std::span<const int32_t> ids) {
+    put<int64_t>(static_cast<int64_t>(ids.size()));
+    const size_t n = b.size();
+    b.resize(n + ids.size_bytes());
+    if (!ids.empty()) std::memcpy(b.data() + n, ids.data(), ids.size_bytes());
+  }
+  template <typename T>
+  T get() {
+    STRATA_CHECK(at + sizeof(T) <= b.size());
+    T v;
+    std::memcpy(&v, b.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::vector<int32_t> get_ids() {
+    const int64_t n = get<int64_t>();
+    STRATA_CHECK(n >= 0 && at + n * 4 <= b.size());
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    if (n) std::memcpy(v.data(), b.data() + at, n * 4);
+    at += n * 4;
+    return v;
+  }
+};
+
+void bcast(Msg* m) {
+  int64_t n = static_cast<int64_t>(m->b.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  m->b.resize(static_cast<size_t>(n));
+  // Large steps: in chunks below MPI's int count.
+  for (int64_t off = 0; off < n; off += int64_t{1} << 30) {
+    const int c = static_cast<int>(std::min<int64_t>(n - off, int64_t{1} << 30));
+    MPI_Bcast(m->b.data() + off, c, MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
+  m->at = 0;
+}
+
+class MirroredRunner final : public ModelRunner {
+ public:
+  explicit MirroredRunner(std::unique_ptr<ModelRunner> inner) : r_(std::move(inner)) {}
+  ~MirroredRunner() override {
+    Msg m;
+    m.put<uint8_t>(kStop);
+    bcast(&m);
+  }
+
+  const ModelInfo& info() const override { return r_->info(); }
+  Status add_sequence(SeqId seq) override {
+    Msg m;
+    m.put<uint8_t>(kAdd);
+    m.put<int64_t>(seq.value);
+    bcast(&m);
+    return r_->add_sequence(seq);
+  }
+  void release_sequence(SeqId seq) override {
+    Msg m;
+    m.put<uint8_t>(kRelease);
+    m.put<int64_t>(seq.value);
+    bcast(&m);
+    r_->release_sequence(seq);
+  }
+  int64_t sequence_length(SeqId seq) const override { return r_->sequence_length(seq); }
+  int64_t token_capacity_left(SeqId seq) const override { return r_->token_capacity_left(seq); }
+  bool token_capacity_is_shared() const override { return r_->token_capacity_is_shared(); }
+  Status step(std::span<const StepItem> items, std::vector<float>* logits) override {
+    Msg m;
+    m.put<uint8_t>(kStep);
+    m.put<int64_t>(static_cast<int64_t>(items.size()));
+    for (const StepItem& it : items) {
+      m.put<int64_t>(it.seq.value);
+      m.put_ids(it.tokens);
+      m.put<uint8_t>(it.want_logits);
+      m.put<int64_t>(it.prompt_len);
+      m.put<uint8_t>(it.all_logits);
+    }
+    bcast(&m);
+    return r_->step(items, logits);
+  }
+  std::vector<CacheUsage> cache_usage() const override { return r_->cache_usage(); }
+  Status truncate_sequence(SeqId seq, int64_t new_len) override {
+    Msg m;
+    m.put<uint8_t>(kTruncate);
+    m.put<int64_t>(seq.value);
+    m.put<int64_t>(new_len);
+    bcast(&m);
+    return r_->truncate_sequence(seq, new_len);
+  }
+  int draft_block_size() const override { return r_->draft_block_size(); }
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) override {
+    Msg m;
+    m.put<uint8_t>(kDraft);
+    m.put<int64_t>(seq.value);
+    m.put<int32_t>(next);
+    bcast(&m);
+    return r_->draft_tokens(seq, next);
+  }
+  int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override {
+    Msg m;
+    m.put<uint8_t>(kAttach);
+    m.put<int64_t>(seq.value);
+    m.put_ids(tokens);
+    bcast(&m);
+    return r_->attach_cached_prefix(seq, tokens);
+  }
+  int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override {
+    return r_->peek_cached_prefix(tokens);
+  }
+  void prefetch_cached_prefix(std::span<const int32_t> tokens) override {
+    r_->prefetch_cached_prefix(tokens);  // local I/O: rank 0's tiers only
+  }
+  int64_t prefix_alignment() const override { return r_->prefix_alignment(); }
+  int64_t prefix_cache_bytes_per_unit() const override { return r_->prefix_cache_bytes_per_unit(); }
+  const StateGraph* state_graph() const override { return r_->state_graph(); }
+  Status export_handoff(SeqId seq, int64_t from_pos, std::span<const int32_t> ids,
+                        HandoffState* out) const override {
+    return r_->export_handoff(seq, from_pos, ids, out);
+  }
+  Status import_handoff(SeqId, std::span<const int32_t>, const HandoffState&, int64_t*) override {
+    return Status(StatusCode::kUnimplemented,
+                  "importing a handed-off state with several ranks is not supported yet");
+  }
+  const EngramTableStore* engram_tables() const override { return r_->engram_tables(); }
+  int64_t decode_bytes_read(int64_t len) const override { return r_->decode_bytes_read(len); }
+
+ private:
+  std::unique_ptr<ModelRunner> r_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_mirrored_runner(std::unique_ptr<ModelRunner> inner) {
+  return std::make_unique<MirroredRunner>(std::move(inner));
+}
+
+void follow(ModelRunner& r) {
+  std::vector<float> logits;
+  for (;;) {
+    Msg m;
+    bcast(&m);
+    const uint8_t op = m.get<uint8_t>();
+    switch (op) {
+      case kAdd:
+        (void)r.add_sequence(SeqId{m.get<int64_t>()});
+        break;
+      case kRelease:
+        r.release_sequence(SeqId{m.get<int64_t>()});
+        break;
+      case kAttach: {
+        const SeqId seq{m.get<int64_t>()};
+        const std::vector<int32_t> ids = m.get_ids();
+        (void)r.attach_cached_prefix(seq, ids);
+        break;
+      }
+      case kStep: {
+        const int64_t n = m.get<int64_t>();
+        std::vector<std::vector<int32_t>> toks(static_cast<size_t>(n));
+        std::vector<StepItem> items(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          items[i].seq = SeqId{m.get<int64_t>()};
+          toks[i] = m.get_ids();
+          items[i].tokens = toks[i];
+          items[i].want_logits = m.get<uint8_t>() != 0;
+          items[i].prompt_len = m.get<int64_t>();
+          items[i].all_logits = m.get<uint8_t>() != 0;
+        }
+        (void)r.step(items, &logits);
+        break;
+      }
+      case kTruncate: {
+        const SeqId seq{m.get<int64_t>()};
+        (void)r.truncate_sequence(seq, m.get<int64_t>());
+        break;
+      }
+      case kDraft: {
+        const SeqId seq{m.get<int64_t>()};
+        (void)r.draft_tokens(seq, m.get<int32_t>());
+        break;
+      }
+      case kStop:
+        return;
+      default:
+        STRATA_CHECK_MSG(false, "mirrored runner: unknown op {}", op);
+    }
+  }
+}
+
+}  // namespace strata
