@@ -204,5 +204,29 @@ TEST(MpiLayouts, ServerWithExpertParallelAnswersAsOneRankV4) {
   serve_equal("deepseek-v4flash-tiny");
 }
 
+// `generate` runs the same calls on every rank: under mpirun with expert parallelism its
+// output (greedy and seeded sampling) equals one rank's.
+TEST(MpiLayouts, GenerateWithExpertParallelEqualsOneRank) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  for (const char* model : {"deepseek-v41-tiny", "deepseek-v4flash-tiny"})
+    for (const char* sampling : {"-t 0", "-t 0.8 -s 7"}) {
+      const std::string args = fmt::format(
+          "generate -m {}/models/{} --prompt-ids 5,9,22,37,41,60,77,81,90,101,3,4,5,6,7,8,9,10 "
+          "-n 24 {} --threads 1",
+          src_dir(), model, sampling);
+      std::string one, two;
+      ASSERT_EQ(tools::run_strata(args, &one), 0) << one;
+      EXPECT_EQ(tools::run_command(
+                    fmt::format("timeout -s KILL 120 mpirun --oversubscribe --allow-run-as-root "
+                                "-np 2 {} {} --enable-expert-parallel 2>/dev/null",
+                                tools::strata_binary(), args),
+                    &two),
+                0)
+          << two;
+      EXPECT_EQ(two, one) << model << " " << sampling;
+      EXPECT_FALSE(one.empty());
+    }
+}
+
 }  // namespace
 }  // namespace strata

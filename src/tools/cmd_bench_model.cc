@@ -26,6 +26,7 @@
 #include "model/tokenizer.h"
 #include "tools/bench_spec.h"
 #include "tools/command_registry.h"
+#include "tools/rank_flags.h"
 
 namespace strata::tools {
 namespace {
@@ -41,6 +42,7 @@ struct BenchModelCli {
   bool breakdown = false;
   std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
+  bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -67,6 +69,7 @@ int run_bench_model(BenchModelCli& o) {
     fmt::print(stderr, "strata bench model: {}\n", spec.status().message());
     return 2;
   }
+  if (const int rc = setup_ranks("strata bench model", o.expert_parallel); rc != 0) return rc;
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -324,6 +327,7 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--decode-tokens", o->decode_tokens, "Tokens decoded after the prompt")
         ->capture_default_str();
+    add_expert_parallel_flag(cmd, &o->expert_parallel);
     cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
         ->capture_default_str()
         ->check(threads_range());

@@ -17,6 +17,7 @@
 #include "model/tokenizer.h"
 #include "sched/spec_decode.h"
 #include "tools/command_registry.h"
+#include "tools/rank_flags.h"
 #include "tools/tier_flags.h"
 
 namespace strata::tools {
@@ -39,6 +40,7 @@ struct GenerateCli {
   std::string prompt_ids;  // --prompt-ids as given
   bool have_prompt_ids = false;  // --prompt-ids was passed (possibly empty: a usage error)
   TierCli tiers;
+  bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
 };
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; false on anything else.
@@ -106,6 +108,7 @@ int run_generate(GenerateCli& o) {
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
       o.prompt.pop_back();
   }
+  if (const int rc = setup_ranks("strata generate", o.expert_parallel); rc != 0) return rc;
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -227,6 +230,7 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
   add_tier_options(cmd, &o->tiers);
+  add_expert_parallel_flag(cmd, &o->expert_parallel);
   cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
       ->capture_default_str()
       ->check(threads_range());

@@ -14,7 +14,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "exec/golden_validator.h"
-#include "mpi/mpi_world.h"
+#include "tools/rank_flags.h"
 #include "tools/command_registry.h"
 
 namespace strata::tools {
@@ -46,13 +46,10 @@ void run_validate_golden(const GoldenArgs& a) {
     return;
   }
   // Ranks: under mpirun every rank runs this command; a layout says how they share the work.
-  if (mpi_size() > 1 && !a.expert_parallel) {
-    fmt::print(stderr, "validate golden: {} ranks but no parallel layout: pass "
-               "--enable-expert-parallel (the layouts built so far)\n", mpi_size());
-    set_exit_code(2);
+  if (const int rc = setup_ranks("validate golden", a.expert_parallel); rc != 0) {
+    set_exit_code(rc);
     return;
   }
-  if (a.expert_parallel && mpi_size() > 1) set_process_expert_comm(make_mpi_expert_comm());
   const CallShape shape = *parse_call_shape(a.call_shape);  // validated by CLI11
   auto target = make_golden_target(a.model, a.threads, shape);
   if (!target.ok()) {
@@ -102,9 +99,7 @@ void setup_validate_golden(CLI::App& app) {
                   "one-token decode step) or reference (the reference's whole-prompt / decode "
                   "call shapes, bit-exact)")
       ->check(CLI::IsMember({"canonical", "reference"}));
-  cmd->add_flag("--enable-expert-parallel", args->expert_parallel,
-                "Under mpirun: partition the routed experts over the ranks (contiguous id "
-                "ranges; attention replicated); results equal one rank's bit for bit");
+  add_expert_parallel_flag(cmd, &args->expert_parallel);
   cmd->callback([args] { run_validate_golden(*args); });
 }
 
