@@ -226,6 +226,36 @@ TEST(KvTiersE2e, EngramDiskPlacementAnswersIdentically) {
   EXPECT_LE(metric_sum(b->port(), "strata:engram_cache_bytes"), 2048 + 64);
 }
 
+// Restore policies in the response: a `replay` hit says how many positions it recomputed and
+// that it is approximate; a `replay-exact` hit of 128 tokens replays them all from 0 (exact);
+// a `stored` hit says neither. /metrics counts both.
+TEST(KvTiersE2e, ReplayedPrefixIsMarkedInTheResponse) {
+  const std::string name = "deepseek-v41-tiny";
+  const auto p = random_prompt(150, 4242, 512);
+  struct Want {
+    const char* policy;
+    int64_t replayed;  // -1: absent
+    bool approximate;
+  };
+  for (const Want& w : {Want{"replay", 16, true}, Want{"replay-exact", 128, false},
+                        Want{"stored", -1, false}}) {
+    auto s = serve(name, std::string("restore-") + w.policy, {"--prefix-restore", w.policy});
+    ASSERT_TRUE(s);
+    const Json j = {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}};
+    ASSERT_EQ(testing::http_post(s->port(), "/v1/completions", j.dump()).status, 200);
+    const testing::HttpReply h = testing::http_post(s->port(), "/v1/completions", j.dump());
+    ASSERT_EQ(h.status, 200) << h.body;
+    const Json d = Json::parse(h.body)["usage"]["prompt_tokens_details"];
+    EXPECT_EQ(d.value("cached_tokens", int64_t{-1}), 128) << w.policy << " " << d.dump();
+    EXPECT_EQ(d.value("replayed_tokens", int64_t{-1}), w.replayed) << w.policy << " " << d.dump();
+    EXPECT_EQ(d.value("approximate", false), w.approximate) << w.policy << " " << d.dump();
+    EXPECT_EQ(metric_sum(s->port(), "strata:prefix_replayed_tokens_total"),
+              w.replayed > 0 ? w.replayed : 0) << w.policy;
+    EXPECT_EQ(metric_sum(s->port(), "strata:prefix_approximate_restores_total"),
+              w.approximate ? 1 : 0) << w.policy;
+  }
+}
+
 TEST(KvTiersE2e, BadTierFlagsAreRefused) {
   std::string out;
   const std::string m = " --model " + model_dir("stories260K") + " --port 0";

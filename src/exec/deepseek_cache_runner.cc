@@ -65,11 +65,19 @@ template <class Model, class State, class Options>
 void DeepseekCacheRunner<Model, State, Options>::start(SeqId seq, Seq& s, std::span<const int32_t> prompt, bool allow_hit) {
   STRATA_CHECK(!s.state);
   int64_t len = cm_->start(seq.value, prompt, allow_hit);
-  if (len > 0 && cm_->restore() != V41PrefixRestore::kStoredState &&
-      !replay(seq, s, prompt, len).ok()) {
-    s.state.reset();
-    cm_->release(seq.value);
-    len = cm_->start(seq.value, prompt, /*allow_hit=*/false);
+  s.restore = {};
+  if (len > 0 && cm_->restore() != V41PrefixRestore::kStoredState) {
+    if (replay(seq, s, prompt, len).ok()) {
+      // The replay recomputed [max(0, len - R), len); it is exact from position 0 or under
+      // replay-exact, approximate otherwise (docs/state.md section 5).
+      const int64_t r0 = std::max<int64_t>(0, len - cm_->replay_tokens());
+      s.restore.replayed_tokens = len - r0;
+      s.restore.approximate = r0 > 0 && cm_->restore() == V41PrefixRestore::kReplayWindow;
+    } else {
+      s.state.reset();
+      cm_->release(seq.value);
+      len = cm_->start(seq.value, prompt, /*allow_hit=*/false);
+    }
   }
   if (!s.state)
     s.state = std::make_unique<State>(model_->config(), cm_->manager(), seq.value, len);

@@ -63,6 +63,10 @@ class DeepseekCacheRunner : public ModelRunner {
   Status truncate_sequence(SeqId seq, int64_t new_len) override;
   int64_t prefix_alignment() const override;
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override;
+  PrefixRestoreInfo prefix_restore_info(SeqId seq) const override {
+    auto it = seqs_.find(seq);
+    return it == seqs_.end() ? PrefixRestoreInfo{} : it->second.restore;
+  }
   void prefetch_cached_prefix(std::span<const int32_t> tokens) override;
   // Paged rows of one unit (graph formulas) + the boundary snapshot stored at every unit
   // boundary under the stored-snapshot policy.
@@ -84,6 +88,7 @@ class DeepseekCacheRunner : public ModelRunner {
   struct Seq {
     std::unique_ptr<State> state;  // null until started in the manager
     std::vector<int32_t> pending;  // ids the manager knows beyond length
+    PrefixRestoreInfo restore;     // how its prefix hit was restored (replay policies)
   };
   DeepseekCacheRunner() = default;
   // After model_ is set: fills info_ (name from `name` or the directory, `arch`) and builds

@@ -64,6 +64,12 @@ struct CacheUsage {
   int64_t capacity_bytes = 0;
 };
 
+// How a sequence's prefix hit was restored (ModelRunner::prefix_restore_info).
+struct PrefixRestoreInfo {
+  int64_t replayed_tokens = 0;  // positions before the hit recomputed to rebuild ring state
+  bool approximate = false;     // the bounded `replay` policy: not bit-identical to cold
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -127,6 +133,12 @@ class ModelRunner {
   // not counted again).
   virtual int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) {
     return 0;
+  }
+  // After attach_cached_prefix(seq, ...): how its hit was restored (replay policies recompute
+  // positions before the hit; `replay` is approximate). Default: stored, nothing replayed.
+  virtual PrefixRestoreInfo prefix_restore_info(SeqId seq) const {
+    (void)seq;
+    return {};
   }
   // The hit attach_cached_prefix would give a new sequence fed `tokens` right now (pure; the
   // cache may change before an admission).

@@ -38,6 +38,8 @@ std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeou
     e.prompt_tokens = final_->prompt_tokens;
     e.completion_tokens = final_->completion_tokens;
     e.cached_tokens = final_->cached_tokens;
+    e.replayed_tokens = final_->replayed_tokens;
+    e.approximate_prefix = final_->approximate_prefix;
     return e;
   }
   if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
@@ -54,6 +56,8 @@ std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeou
     merged.prompt_tokens = e.prompt_tokens;
     merged.completion_tokens = e.completion_tokens;
     merged.cached_tokens = e.cached_tokens;
+    merged.replayed_tokens = e.replayed_tokens;
+    merged.approximate_prefix = e.approximate_prefix;
     if (e.handoff) merged.handoff = e.handoff;
     queue_.pop_front();
   }
@@ -338,6 +342,8 @@ void Engine::publish_stats() {
   const SchedulerCounters& c = scheduler_.counters();
   s.prefix_cache_queries_total = c.prefix_cache_queries;
   s.prefix_cache_hits_total = c.prefix_cache_hits;
+  s.prefix_replayed_tokens_total = c.prefix_replayed_tokens;
+  s.prefix_approximate_restores_total = c.prefix_approximate_restores;
   s.num_preemptions_total = c.preemptions;
   s.kv_transfer_imports_total = c.handoff_imports;
   s.kv_transfer_imported_tokens_total = c.handoff_imported_tokens;
@@ -639,6 +645,8 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
   const auto now = Clock::now();
   const int64_t cached =
       scheduler_.contains(a.seq) ? scheduler_.cached_prompt_tokens(a.seq) : 0;
+  const PrefixRestoreInfo restore =
+      scheduler_.contains(a.seq) ? scheduler_.prefix_restore(a.seq) : PrefixRestoreInfo{};
   scheduler_.remove(a.seq);  // releases every state kind right away
 
   RequestTimings t;
@@ -668,6 +676,8 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
   e.prompt_tokens = a.prompt_tokens;
   e.completion_tokens = a.generated;
   e.cached_tokens = cached;
+  e.replayed_tokens = restore.replayed_tokens;
+  e.approximate_prefix = restore.approximate;
   e.handoff = std::move(handoff);
   a.stream->push(std::move(e));
   active_.erase(a.id);  // `a` is gone after this line

@@ -79,6 +79,8 @@ struct EngineStats {
   int64_t generation_tokens_total = 0;
   int64_t prefix_cache_queries_total = 0;
   int64_t prefix_cache_hits_total = 0;
+  int64_t prefix_replayed_tokens_total = 0;       // scheduler counters (replay policies)
+  int64_t prefix_approximate_restores_total = 0;
   int64_t num_preemptions_total = 0;
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;     // finish reason error

@@ -88,6 +88,11 @@ struct RequestEvent {
   int64_t prompt_tokens = 0;           // filled on the final event
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;           // prompt tokens served from the prefix cache
+  // Of the cached prefix: positions recomputed to rebuild ring state (replay policies), and
+  // whether the restore was approximate (`--prefix-restore replay`): the answer is then not
+  // bit-identical to a cold run.
+  int64_t replayed_tokens = 0;
+  bool approximate_prefix = false;
   // Final event of a request submitted with SubmitOptions::export_state: the exported state
   // of its prompt (prefill role of PD disaggregation); null otherwise.
   std::shared_ptr<const HandoffState> handoff;

@@ -166,6 +166,12 @@ int64_t Scheduler::cached_prompt_tokens(SeqId seq) const {
   return r->cached_prompt_tokens;
 }
 
+PrefixRestoreInfo Scheduler::prefix_restore(SeqId seq) const {
+  const Request* r = find(seq);
+  STRATA_CHECK(r != nullptr);
+  return r->restore;
+}
+
 SchedulePlan Scheduler::plan() {
   SchedulePlan plan;
   int64_t budget = options_.max_num_batched_tokens;
@@ -248,6 +254,11 @@ SchedulePlan Scheduler::plan() {
       counters_.prefix_cache_queries += size;
       counters_.prefix_cache_hits += cached;
       r->cached_prompt_tokens = cached;
+      if (cached > 0) {
+        r->restore = runner_->prefix_restore_info(r->seq);
+        counters_.prefix_replayed_tokens += r->restore.replayed_tokens;
+        counters_.prefix_approximate_restores += r->restore.approximate ? 1 : 0;
+      }
     }
     int64_t computed = cached;
     if (r->handoff && !r->admitted_once) {

@@ -77,6 +77,10 @@ struct SchedulerCounters {
   // (a preempted request's recompute is not a new query).
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
+  // Of those hits, positions recomputed to rebuild ring state (replay policies), and hits
+  // restored approximately (the bounded `replay` policy).
+  int64_t prefix_replayed_tokens = 0;
+  int64_t prefix_approximate_restores = 0;
   int64_t preemptions = 0;
   // PD handoff imports at first admission (Scheduler::add with a state): successful ones
   // and the positions they covered; failed ones; prompt tokens then computed locally.
@@ -151,6 +155,8 @@ class Scheduler {
   int64_t num_computed(SeqId seq) const;
   // Prefix-cache hit tokens at the request's first admission.
   int64_t cached_prompt_tokens(SeqId seq) const;
+  // How that hit was restored (ModelRunner::prefix_restore_info at the first admission).
+  PrefixRestoreInfo prefix_restore(SeqId seq) const;
   const SchedulerCounters& counters() const { return counters_; }
 
   // Verifies internal consistency (CHECK-fails on violation). For tests.
@@ -167,6 +173,7 @@ class Scheduler {
     bool in_runner = false;
     bool admitted_once = false;
     int64_t cached_prompt_tokens = 0;
+    PrefixRestoreInfo restore;
     std::shared_ptr<const HandoffState> handoff;
     bool fail_on_import_error = true;
     int64_t num_drafts = 0;     // the last num_drafts tokens are speculative drafts

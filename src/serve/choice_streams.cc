@@ -41,6 +41,8 @@ UsageInfo ChoiceStreams::usage() const {
     if (prompts.insert(c.run.prompt_index).second) {
       u.prompt_tokens += c.last.prompt_tokens;
       u.cached_tokens += c.last.cached_tokens;
+      u.replayed_tokens += c.last.replayed_tokens;
+      u.approximate_prefix = u.approximate_prefix || c.last.approximate_prefix;
     }
   }
   return u;

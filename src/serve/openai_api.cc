@@ -428,6 +428,8 @@ json usage_json(const UsageInfo& u) {
             {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.prompt_tokens + u.completion_tokens}};
   j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  if (u.replayed_tokens > 0) j["prompt_tokens_details"]["replayed_tokens"] = u.replayed_tokens;
+  if (u.approximate_prefix) j["prompt_tokens_details"]["approximate"] = true;
   return j;
 }
 

@@ -99,6 +99,12 @@ struct UsageInfo {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Strata extensions in prompt_tokens_details (only when non-zero / true): positions of the
+  // cached prefix recomputed to rebuild ring state ("replayed_tokens"), and "approximate": the
+  // prefix was restored by the bounded `replay` policy, so the answer may differ from a cold
+  // run's (docs/state.md section 5).
+  int64_t replayed_tokens = 0;
+  bool approximate_prefix = false;
 };
 
 // Token ids to put in a response (vLLM's return_token_ids; the server also sets them for a

@@ -173,6 +173,12 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           static_cast<double>(s.prefix_cache_queries_total));
   counter("prefix_cache_hits_total", "Tokens found in the prefix cache.",
           static_cast<double>(s.prefix_cache_hits_total));
+  counter("prefix_replayed_tokens_total",
+          "Cached prefix positions recomputed to rebuild ring state (replay policies).",
+          static_cast<double>(s.prefix_replayed_tokens_total));
+  counter("prefix_approximate_restores_total",
+          "Prefix hits restored approximately (--prefix-restore replay).",
+          static_cast<double>(s.prefix_approximate_restores_total));
   counter("num_preemptions_total", "Preemptions (recompute) of running requests.",
           static_cast<double>(s.num_preemptions_total));
   struct Counter {
