@@ -525,6 +525,7 @@ void CacheManager::commit(const StepPlan& plan) {
     }
   }
   I.staged.clear();
+  I.staged_boundaries.clear();
   ++I.generation;
 }
 

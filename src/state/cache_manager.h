@@ -269,8 +269,9 @@ class CacheManager {
   int64_t match_units(const std::vector<int32_t>& tokens, bool load) const;
   // Whether the store has unit k (key under parent, ids) -- staged when load -- and whether
   // the object carries a boundary snapshot.
+  // want_snapshot: a staged object whose snapshot bytes were dropped is fetched again.
   bool probe_store(uint64_t key, uint64_t parent, int64_t k, const int32_t* ids, bool load,
-                   bool* snapshot) const;
+                   bool* snapshot, bool want_snapshot = false) const;
   // Creates the working-pool entry of a staged unit (blocks allocated and filled).
   Entry& materialize(uint64_t key);
   // Writes the entry (with its snapshot, if any) to the store.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct CacheManager::Impl {
   // Objects fetched and verified by plan_step (load mode) for the next commit; cleared by
   // commit. Logically a cache of the store, so a const plan may fill it.
   mutable std::unordered_map<uint64_t, UnitObject> staged;
+  mutable std::set<uint64_t> staged_boundaries;  // staged units a planned hit ends on
   int64_t units_loaded = 0, units_stored = 0;
 };
 

@@ -63,35 +63,45 @@ int64_t CacheManager::match_units(const std::vector<int32_t>& tokens, bool load)
   for (int64_t k = static_cast<int64_t>(chain.size()) - 1; k >= 0 && best == 0; --k) {
     const Unit& c = chain[k];
     bool snapshot = c.snapshot;
-    if (c.in_pool && !snapshot && I.store &&
-        probe_store(c.key, c.parent, k, tokens.data() + k * u, load, &snapshot) && !snapshot &&
-        load)
-      I.staged.erase(c.key);  // no snapshot there either: nothing to keep
+    if (!snapshot && I.store)
+      probe_store(c.key, c.parent, k, tokens.data() + k * u, load, &snapshot,
+                  /*want_snapshot=*/true);
     if (snapshot) best = k + 1;
   }
   if (load) {
-    // Staged objects past the boundary are not restored; the snapshots of those before it
-    // are not needed (only the boundary's is copied).
+    // Only the boundary's snapshot is copied: drop the snapshot bytes of the other staged units
+    // of this chain (a long hit must not hold one snapshot per unit), except where another
+    // sequence of the plan being built uses that unit as its boundary. Staged objects are
+    // never dropped here (another sequence of the same plan may restore them); commit clears.
+    if (best > 0) I.staged_boundaries.insert(chain[best - 1].key);
     for (int64_t k = 0; k < static_cast<int64_t>(chain.size()); ++k) {
       auto st = I.staged.find(chain[k].key);
-      if (st == I.staged.end()) continue;
-      if (k >= best) {
-        I.staged.erase(st);
-      } else if (k < best - 1 && st->second.has_snapshot) {
-        st->second.sections.resize(I.paged_sizes.size());
-        st->second.has_snapshot = false;
-      }
+      if (st == I.staged.end() || !st->second.has_snapshot) continue;
+      if (I.staged_boundaries.count(chain[k].key)) continue;
+      st->second.sections.resize(I.paged_sizes.size());
+      st->second.has_snapshot = false;
     }
   }
   return best;
 }
 
 bool CacheManager::probe_store(uint64_t key, uint64_t parent, int64_t k, const int32_t* ids,
-                               bool load, bool* snapshot) const {
+                               bool load, bool* snapshot, bool want_snapshot) const {
   const Impl& I = *impl_;
   const int64_t u = block_tokens_;
   auto st = I.staged.find(key);
   if (st != I.staged.end()) {
+    // Staged without its snapshot bytes (dropped for another hit's sake): fetch it again
+    // when this hit wants to end there.
+    if (!st->second.has_snapshot && want_snapshot && load) {
+      std::optional<std::vector<uint8_t>> bytes = I.store->get(key);
+      StatusOr<UnitObject> obj =
+          bytes ? decode_unit_object(*bytes, I.identity, key, I.paged_sizes, I.snapshot_sizes)
+                : StatusOr<UnitObject>(not_found("unit object {:016x} is gone", key));
+      // The staged paged rows stay whatever happens (another hit may restore them).
+      if (obj.ok() && obj->has_snapshot && obj->tokens == st->second.tokens)
+        st->second = std::move(*obj);
+    }
     *snapshot = st->second.has_snapshot;
     return true;
   }

@@ -186,6 +186,34 @@ TEST(CacheManagerStore, RejectedObjectStopsTheHit) {
   }
 }
 
+// Two new sequences in one plan whose hits come from the store: one ends on a unit the other
+// restores as an intermediate unit, the other ends earlier (a different boundary): both are
+// restored row for row.
+TEST(CacheManagerStore, TwoFirstStepsInOnePlan) {
+  auto g = StateGraph::from_deepseek(tiny_v41());
+  const int u = 8;
+  auto store = std::make_shared<MapStore>();
+  const CacheOptions opts{.block_tokens = u, .max_seqs = 4, .max_tokens = 512, .unit_store = store};
+  const auto longp = prompt(4 * u + 1, 3);
+  std::vector<int32_t> shortp(longp.begin(), longp.begin() + 2 * u + 3);
+  {
+    CacheManager a(*g, opts);
+    run_prompt(a, 1, longp);
+  }
+  CacheManager b(*g, opts);
+  b.add_sequence(2, longp);
+  b.add_sequence(3, shortp);
+  StepPlan p = b.plan_step({{2, 4 * u + 1}, {3, 2 * u + 3}});
+  ASSERT_EQ(p.outcome, PlanOutcome::kOk) << p.shortfall;
+  EXPECT_EQ(p.seqs[0].hit_tokens, 4 * u);
+  EXPECT_EQ(p.seqs[1].hit_tokens, 2 * u);
+  b.commit(p);
+  fake_forward(b, 2, longp, p.seqs[0].start_pos, p.seqs[0].start_pos + p.seqs[0].num_tokens);
+  fake_forward(b, 3, shortp, p.seqs[1].start_pos, p.seqs[1].start_pos + p.seqs[1].num_tokens);
+  b.finish_step(p);
+  b.check_invariants();
+}
+
 // Units evicted from a small working pool are found in the store again.
 TEST(CacheManagerStore, EvictedUnitsComeBackFromTheStore) {
   auto g = StateGraph::from_deepseek(tiny_v41());
