@@ -163,6 +163,10 @@ void restart_persistence(const std::string& name, bool corrupt) {
   } else {
     EXPECT_GT(metric_sum(s->port(), "strata:kv_tier_hits_total"), 0);
     EXPECT_EQ(metric_sum(s->port(), "strata:kv_tier_rejected_total"), 0);
+    // The cost model measured at startup: loading a unit from host or disk beats recomputing
+    // it on these models, so both tiers store (1 each); the measured times are exported.
+    EXPECT_EQ(metric_sum(s->port(), "strata:kv_tier_store_decision"), 2);
+    EXPECT_GT(metric_sum(s->port(), "strata:prefix_unit_recompute_seconds"), 0);
     // Every load is in the latency histogram (the +Inf bucket counts them all).
     const std::string m = testing::http_get(s->port(), "/metrics").body;
     EXPECT_NE(m.find("strata:kv_tier_load_seconds_bucket{model_name="), std::string::npos);

@@ -245,6 +245,23 @@ std::string ServerMetrics::render(const EngineStats& s) const {
                        escape_label(u.kind), escape_label(u.tier), u.capacity_bytes);
   }
   if (store_) render_tiers(store_->stats(), model, &out);
+  if (!tier_plan_.tiers.empty()) {
+    out += "# HELP strata:kv_tier_unit_load_seconds Seconds to load one prefix-cache unit from "
+           "each tier, measured at startup.\n# TYPE strata:kv_tier_unit_load_seconds gauge\n";
+    for (size_t i = 0; i < tier_plan_.tiers.size(); ++i)
+      out += fmt::format("strata:kv_tier_unit_load_seconds{{{},tier=\"{}\"}} {}\n", model,
+                         tier_plan_.tiers[i], tier_plan_.load_s[i]);
+    out += "# HELP strata:kv_tier_store_decision 1 where units are stored (loading beats "
+           "recomputing), 0 where recomputing wins.\n# TYPE strata:kv_tier_store_decision gauge\n";
+    for (size_t i = 0; i < tier_plan_.tiers.size(); ++i)
+      out += fmt::format("strata:kv_tier_store_decision{{{},tier=\"{}\"}} {}\n", model,
+                         tier_plan_.tiers[i], tier_plan_.store[i] ? 1 : 0);
+    out += fmt::format("# HELP strata:prefix_unit_recompute_seconds Seconds to recompute one "
+                       "prefix-cache unit, measured at startup.\n# TYPE "
+                       "strata:prefix_unit_recompute_seconds gauge\n"
+                       "strata:prefix_unit_recompute_seconds{{{}}} {}\n",
+                       model, tier_plan_.recompute_s);
+  }
   if (engram_) {
     const EngramTableStats e = engram_->stats();
     const std::string pl = fmt::format("{},placement=\"{}\"", model,

@@ -54,6 +54,15 @@ class ServerMetrics : public EngineObserver {
   void set_unit_store(std::shared_ptr<UnitStore> store) { store_ = std::move(store); }
   // The model's Engram table store (null: none); its counters go to /metrics.
   void set_engram_tables(const EngramTableStore* t) { engram_ = t; }
+  // The store-vs-recompute decision measured at startup (ServingStack): per tier the seconds
+  // to load one unit and whether units are stored there; the seconds to recompute one.
+  struct TierPlan {
+    std::vector<std::string> tiers;
+    std::vector<double> load_s;
+    std::vector<bool> store;
+    double recompute_s = 0;
+  };
+  void set_tier_plan(TierPlan p) { tier_plan_ = std::move(p); }
   void on_request_finished(const RequestTimings& t) override;
   // The whole /metrics page for the given engine snapshot.
   std::string render(const EngineStats& stats) const;
@@ -66,6 +75,7 @@ class ServerMetrics : public EngineObserver {
   bool log_requests_ = false;
   std::shared_ptr<UnitStore> store_;
   const EngramTableStore* engram_ = nullptr;
+  TierPlan tier_plan_;
 };
 
 }  // namespace strata

@@ -13,6 +13,46 @@
 
 namespace strata {
 
+namespace {
+// The store-vs-recompute cost model, measured now (docs/tiers.md): one unit's recompute time
+// from a forward of unit - 1 tokens on a scratch sequence (less than a unit: nothing is
+// published), each tier's load time for one unit's bytes; a tier keeps units only where
+// loading beats recomputing.
+ServerMetrics::TierPlan measure_tier_plan(ModelRunner& r, UnitStore& store) {
+  ServerMetrics::TierPlan p;
+  const int64_t unit = r.prefix_alignment();
+  const SeqId probe{-424242};
+  std::vector<int32_t> ids(static_cast<size_t>(unit - 1));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 3 + static_cast<int32_t>(i % 5);
+  double t = 0;
+  if (r.add_sequence(probe).ok()) {
+    StepItem item{probe, ids, true, static_cast<int64_t>(ids.size())};
+    std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = r.step({&item, 1}, &logits);
+    t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.release_sequence(probe);
+    if (!st.ok()) t = 0;
+  }
+  p.recompute_s = t > 0 ? t * static_cast<double>(unit) / static_cast<double>(unit - 1) : 0;
+  p.load_s = store.measure_load_seconds(r.prefix_cache_bytes_per_unit());
+  const std::vector<TierStats> stats = store.stats();
+  std::string line;
+  for (size_t i = 0; i < p.load_s.size() && i < stats.size(); ++i) {
+    // Unmeasured recompute (probe failed): keep storing.
+    const bool store_here = p.load_s[i] >= 0 && (p.recompute_s <= 0 || p.load_s[i] < p.recompute_s);
+    p.tiers.push_back(stats[i].tier);
+    p.store.push_back(store_here);
+    line += fmt::format("{}{} load {:.3f} ms -> {}", line.empty() ? "" : ", ", stats[i].tier,
+                        p.load_s[i] * 1e3, store_here ? "store" : "recompute");
+  }
+  store.set_admission(p.store);
+  spdlog::info("strata: tiers: one unit ({} tokens, {} B) recomputes in {:.3f} ms; {}", unit,
+               r.prefix_cache_bytes_per_unit(), p.recompute_s * 1e3, line);
+  return p;
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& options) {
   init_logging();  // spdlog's default logger: stderr, lines as given (base/log.h)
   std::unique_ptr<ServingStack> s(new ServingStack());
@@ -32,6 +72,8 @@ StatusOr<std::unique_ptr<ServingStack>> ServingStack::start(const ServeOptions& 
   s->metrics_ = std::make_unique<ServerMetrics>(name);
   s->metrics_->set_unit_store(runner_options.unit_store);
   s->metrics_->set_engram_tables(s->runner_->engram_tables());
+  if (runner_options.unit_store && s->runner_->prefix_alignment() > 1)
+    s->metrics_->set_tier_plan(measure_tier_plan(*s->runner_, *runner_options.unit_store));
   s->engine_ = std::make_unique<Engine>(s->runner_.get(), s->tokenizer_.get(), options.engine);
   s->metrics_->set_log_requests(options.log.log_requests);
   s->engine_->set_observer(s->metrics_.get());

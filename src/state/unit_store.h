@@ -78,6 +78,18 @@ class UnitStore {
   virtual void prefetch(const std::vector<uint64_t>& keys) { (void)keys; }
   // Tests: returns when every prefetch issued so far is done.
   virtual void wait_prefetch() {}
+  // The store-vs-recompute cost model's inputs and decision (docs/tiers.md): seconds to load
+  // an object of `bytes` from each tier, measured now by writing, reading and removing a probe
+  // object (top tier first; -1 where the probe failed) ...
+  virtual std::vector<double> measure_load_seconds(int64_t bytes) {
+    (void)bytes;
+    return {};
+  }
+  // ... and which tiers published units are written to (false: recomputing beats loading
+  // from that tier, so it is not worth the bytes). Default: every tier.
+  virtual void set_admission(const std::vector<bool>& store_per_tier) { (void)store_per_tier; }
+  // Removes an object without counting a rejection (probes).
+  virtual void remove(uint64_t key) { reject(key); }
   // One entry per tier, top first.
   virtual std::vector<TierStats> stats() const = 0;
 };

@@ -134,6 +134,11 @@ class DiskTier final : public UnitStore {
     stats_.observe_store(since(t0));
   }
 
+  void remove(uint64_t key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    erase_locked(key, /*unlink=*/true);
+  }
+
   void reject(uint64_t key) override {
     std::lock_guard<std::mutex> l(mu_);
     if (map_.count(key)) ++stats_.rejected;

@@ -64,6 +64,11 @@ class HostTier final : public UnitStore {
     spill(evicted);  // outside the lock: the next tier does I/O
   }
 
+  void remove(uint64_t key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    erase_locked(key);
+  }
+
   void reject(uint64_t key) override {
     std::lock_guard<std::mutex> l(mu_);
     if (erase_locked(key)) ++stats_.rejected;

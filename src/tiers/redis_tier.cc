@@ -86,6 +86,12 @@ class RedisTier final : public UnitStore {
     stats_.observe_store(since(t0));
   }
 
+  void remove(uint64_t key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    const std::string k = name(key);
+    (void)command("DEL %b", k.data(), k.size());
+  }
+
   void reject(uint64_t key) override {
     std::lock_guard<std::mutex> l(mu_);
     const std::string k = name(key);

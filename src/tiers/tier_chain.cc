@@ -1,4 +1,5 @@
 // The chain of configured tiers (make_unit_store) and byte-size parsing. See tiers.h.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <condition_variable>
@@ -12,12 +13,43 @@
 namespace strata {
 namespace {
 
+// Which tiers the cost model admits (shared by the chain and the host tier's demotion gate).
+struct Admission {
+  mutable std::mutex mu;
+  std::vector<bool> store;  // empty = every tier
+  bool at(size_t i) const {
+    std::lock_guard<std::mutex> l(mu);
+    return i >= store.size() || store[i];
+  }
+};
+
+// The host tier's demotion target: the disk tier, but only while the cost model admits it.
+class DemotionGate final : public UnitStore {
+ public:
+  DemotionGate(UnitStore* target, std::shared_ptr<Admission> a, size_t index)
+      : target_(target), a_(std::move(a)), index_(index) {}
+  bool contains(uint64_t key) override { return target_->contains(key); }
+  std::optional<std::vector<uint8_t>> get(uint64_t key) override { return target_->get(key); }
+  void put(uint64_t key, const std::vector<uint8_t>& bytes) override {
+    if (a_->at(index_)) target_->put(key, bytes);
+  }
+  void reject(uint64_t key) override { target_->reject(key); }
+  std::vector<TierStats> stats() const override { return target_->stats(); }
+
+ private:
+  UnitStore* target_;
+  std::shared_ptr<Admission> a_;
+  size_t index_;
+};
+
 class TierChain final : public UnitStore {
  public:
   // tiers: top first; shared: index of the shared pool in tiers (-1 = none). The host tier,
   // if any, was built with the disk tier as its spill.
-  TierChain(std::vector<std::unique_ptr<UnitStore>> tiers, int shared)
-      : tiers_(std::move(tiers)), shared_(shared) {
+  TierChain(std::vector<std::unique_ptr<UnitStore>> tiers, int shared,
+            std::shared_ptr<Admission> admission, std::unique_ptr<UnitStore> gate)
+      : tiers_(std::move(tiers)), shared_(shared), admission_(std::move(admission)),
+        gate_(std::move(gate)) {
     if (tiers_.size() > 1) worker_ = std::thread([this] { prefetch_loop(); });
   }
   ~TierChain() override {
@@ -91,9 +123,34 @@ class TierChain final : public UnitStore {
   }
 
   void put(uint64_t key, const std::vector<uint8_t>& bytes) override {
-    // The top private tier (host, else disk) and, write-through, the shared pool.
-    tiers_[0]->put(key, bytes);
-    if (shared_ > 0) tiers_[shared_]->put(key, bytes);
+    // The fastest admitted private tier (host, else disk) and, write-through, the shared pool
+    // if admitted (the cost model, set_admission).
+    for (size_t i = 0; i < tiers_.size(); ++i)
+      if (static_cast<int>(i) != shared_ && admitted(i)) {
+        tiers_[i]->put(key, bytes);
+        break;
+      }
+    if (shared_ >= 0 && admitted(shared_)) tiers_[shared_]->put(key, bytes);
+  }
+
+  std::vector<double> measure_load_seconds(int64_t bytes) override {
+    std::vector<double> out;
+    const std::vector<uint8_t> probe(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 0x5a);
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+      const uint64_t key = 0xfffffffffffff000ull + i;  // never a chain key in practice
+      tiers_[i]->put(key, probe);
+      const auto t0 = std::chrono::steady_clock::now();
+      const bool ok = tiers_[i]->get(key).has_value();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      tiers_[i]->remove(key);
+      out.push_back(ok ? s : -1.0);
+    }
+    return out;
+  }
+
+  void set_admission(const std::vector<bool>& store_per_tier) override {
+    std::lock_guard<std::mutex> l(admission_->mu);
+    admission_->store = store_per_tier;
   }
 
   void reject(uint64_t key) override {
@@ -121,6 +178,9 @@ class TierChain final : public UnitStore {
   int shared_;
   mutable std::mutex mu_;
   std::map<size_t, int64_t> promotions_;
+  bool admitted(size_t i) const { return admission_->at(i); }
+  std::shared_ptr<Admission> admission_;
+  std::unique_ptr<UnitStore> gate_;  // the host tier's demotion target (gated disk tier)
   // Prefetch worker (only with more than one tier).
   std::thread worker_;
   std::condition_variable cv_, idle_cv_;
@@ -145,14 +205,18 @@ StatusOr<std::shared_ptr<UnitStore>> make_unit_store(const TierOptions& o) {
     STRATA_ASSIGN_OR_RETURN(pool, make_redis_tier(o.pool_url));
   }
   std::vector<std::unique_ptr<UnitStore>> tiers;
-  if (o.host_bytes > 0) tiers.push_back(make_host_tier(o.host_bytes, disk.get()));
+  auto admission = std::make_shared<Admission>();
+  std::unique_ptr<UnitStore> gate;
+  if (o.host_bytes > 0 && disk) gate = std::make_unique<DemotionGate>(disk.get(), admission, 1);
+  if (o.host_bytes > 0) tiers.push_back(make_host_tier(o.host_bytes, gate.get()));
   if (disk) tiers.push_back(std::move(disk));
   int shared = -1;
   if (pool) {
     shared = static_cast<int>(tiers.size());
     tiers.push_back(std::move(pool));
   }
-  return std::shared_ptr<UnitStore>(std::make_shared<TierChain>(std::move(tiers), shared));
+  return std::shared_ptr<UnitStore>(
+      std::make_shared<TierChain>(std::move(tiers), shared, admission, std::move(gate)));
 }
 
 StatusOr<int64_t> parse_byte_size(const std::string& s) {

@@ -166,6 +166,31 @@ TEST(Tiers, PrefetchWarmsTheHostTier) {
   EXPECT_EQ((*single)->stats()[0].hits, 0);
 }
 
+// The cost model's admission: a tier where recomputing wins gets no units, neither stored
+// nor demoted; the fastest admitted tier takes them. The probe measures every tier and
+// leaves nothing behind.
+TEST(Tiers, AdmissionAndProbe) {
+  TempDir d;
+  auto chain = make_unit_store(TierOptions{.host_bytes = 250, .disk_dir = d.path});
+  ASSERT_TRUE(chain.ok());
+  const std::vector<double> load = (*chain)->measure_load_seconds(100);
+  ASSERT_EQ(load.size(), 2u);
+  for (double s : load) EXPECT_GE(s, 0);
+  EXPECT_EQ((*chain)->stats()[0].objects, 0);
+  EXPECT_EQ((*chain)->stats()[1].objects, 0);
+  EXPECT_EQ((*chain)->stats()[0].rejected + (*chain)->stats()[1].rejected, 0);
+  (*chain)->set_admission({true, false});  // disk: recompute wins
+  for (uint64_t k = 1; k <= 3; ++k) (*chain)->put(k, obj(static_cast<uint8_t>(k), 100));
+  EXPECT_EQ((*chain)->stats()[0].evictions, 1);  // the host budget holds two
+  EXPECT_EQ((*chain)->stats()[1].objects, 0) << "nothing demoted to a tier not admitted";
+  (*chain)->set_admission({false, true});  // host: not worth it; disk takes the units
+  (*chain)->put(9, obj(9, 100));
+  EXPECT_EQ((*chain)->stats()[1].objects, 1);
+  EXPECT_EQ((*chain)->stats()[0].objects, 2);
+  EXPECT_TRUE((*chain)->contains(9));
+  EXPECT_FALSE((*chain)->contains(1));  // evicted from host while disk was not admitted
+}
+
 TEST(Tiers, RedisPoolSharedByTwoChains) {
   if (RedisTestServer::binary().empty()) GTEST_SKIP() << "redis-server not installed";
   RedisTestServer server;
