@@ -59,8 +59,9 @@ class DiskTier final : public UnitStore {
     for (const auto& de : fs::directory_iterator(dir_, ec)) {
       const std::string name = de.path().filename().string();
       if (name.size() != 21 || name.substr(16) != ".unit") continue;
+      const std::string hex = name.substr(0, 16);  // outlives `end`
       char* end = nullptr;
-      const uint64_t key = std::strtoull(name.substr(0, 16).c_str(), &end, 16);
+      const uint64_t key = std::strtoull(hex.c_str(), &end, 16);
       if (!end || *end != '\0') continue;
       std::error_code e2;
       const auto size = de.file_size(e2);
