@@ -112,8 +112,11 @@ TEST(KvTiersSoak, ChurnWithATinyWorkingPool) {
     Engine e(runner->get(), nullptr, eo);
     got = run(e, prompts, max_tokens, cancel, 16);
     const EngineStats st = e.stats();
-    for (const CacheUsage& u : st.cache_usage)
-      if (u.kind == "kv") EXPECT_EQ(u.used_bytes, 0) << "state still held after every request ended";
+    for (const CacheUsage& u : st.cache_usage) {
+      if (u.kind == "kv") {
+        EXPECT_EQ(u.used_bytes, 0) << "state still held after every request ended";
+      }
+    }
     EXPECT_GT(st.prefix_cache_hits_total, 0);
   }
   const std::vector<TierStats> tiers = ro.unit_store->stats();
@@ -189,8 +192,11 @@ TEST(KvTiersSoak, CancelWhileItsPrefixLoads) {
   auto e = std::make_unique<Engine>(r->get(), nullptr, EngineOptions{});
   const Out cancelled = run(*e, {prompt}, {4}, {1}, 1)[0];  // cancelled at once: prefetch in flight
   EXPECT_EQ(cancelled.reason, FinishReason::kCancelled);
-  for (const CacheUsage& u : e->stats().cache_usage)
-    if (u.kind == "kv") EXPECT_EQ(u.used_bytes, 0);
+  for (const CacheUsage& u : e->stats().cache_usage) {
+    if (u.kind == "kv") {
+      EXPECT_EQ(u.used_bytes, 0);
+    }
+  }
   ro.unit_store->wait_prefetch();
   const Out again = run(*e, {prompt}, {4}, {0}, 1)[0];
   EXPECT_EQ(again.reason, FinishReason::kLength);

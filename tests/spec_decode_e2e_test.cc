@@ -481,9 +481,11 @@ TEST_P(SpecTruncate, TruncatedStateGivesColdLogitsAtEveryBoundary) {
   }
   const auto after = runner->cache_usage();
   ASSERT_EQ(after.size(), baseline.size());
-  for (size_t i = 0; i < after.size(); ++i)
-    if (after[i].kind.find("prefix_cache") == std::string::npos)
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i].kind.find("prefix_cache") == std::string::npos) {
       EXPECT_EQ(after[i].used_bytes, baseline[i].used_bytes) << after[i].kind;
+    }
+  }
 }
 
 // A cut the undo record does not cover (no verify before it, or below the verify's start) is

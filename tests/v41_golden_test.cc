@@ -190,7 +190,9 @@ TEST(V41Golden, EngramPlacementsAreBitIdentical) {
       EXPECT_EQ(st.hits + st.misses, st.lookups) << what;
       EXPECT_GT(st.read_bytes, 0) << what;
       EXPECT_LE(st.cached_bytes, std::max<int64_t>(cache > 0 ? cache : 64 << 20, 0) + 64) << what;
-      if (cache == 0) EXPECT_GT(st.hits, 0) << what << ": the second run reads the hot rows";
+      if (cache == 0) {
+        EXPECT_GT(st.hits, 0) << what << ": the second run reads the hot rows";
+      }
     } else {
       EXPECT_EQ(st.hits, st.lookups) << what;
       EXPECT_EQ(st.read_bytes, 0) << what;

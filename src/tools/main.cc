@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/huge_pages.h"
+#include "base/log.h"
 #include "mpi/mpi_world.h"
 #include "tools/command_registry.h"
 
@@ -15,6 +16,9 @@ int main(int argc, char** argv) {
   strata::reexec_with_malloc_huge_pages(argv);
   // Under mpirun: MPI up, stdout only on rank 0 (mpi/mpi_world.h). Nothing otherwise.
   strata::mpi_init_if_launched(&argc, &argv);
+  // Warnings of any command (e.g. a rejected prefix-cache unit in `generate`) go to stderr,
+  // never into a command's output on stdout (base/log.h).
+  strata::init_logging();
   // A decode step allocates and frees scratch of 100 KB .. a few MB per layer (rows read
   // from the state, attention lists). glibc would serve those with mmap/munmap and zero
   // fresh pages every step (and, with worker threads, shoot down TLBs); keep them in the
