@@ -41,6 +41,9 @@ struct TierStats {
   std::vector<int64_t> load_hist, store_hist;
   void observe_load(double s) { load_seconds += s; add(&load_hist, s); }
   void observe_store(double s) { store_seconds += s; add(&store_hist, s); }
+  // One answered load / one store of `n` bytes that took `s` seconds: every counter it moves.
+  void count_load(int64_t n, double s) { ++hits; ++loads; load_bytes += n; observe_load(s); }
+  void count_store(int64_t n, double s) { ++stores; store_bytes += n; observe_store(s); }
 
  private:
   static void add(std::vector<int64_t>* h, double s);

@@ -103,10 +103,7 @@ class DiskTier final : public UnitStore {
       return std::nullopt;
     }
     lru_.splice(lru_.end(), lru_, it->second.pos);
-    ++stats_.hits;
-    ++stats_.loads;
-    stats_.load_bytes += static_cast<int64_t>(bytes.size());
-    stats_.observe_load(since(t0));
+    stats_.count_load(static_cast<int64_t>(bytes.size()), since(t0));
     return bytes;
   }
 
@@ -130,9 +127,7 @@ class DiskTier final : public UnitStore {
     erase_locked(key, /*unlink=*/false);
     insert_locked(key, n);
     evict_locked(key);
-    ++stats_.stores;
-    stats_.store_bytes += n;
-    stats_.observe_store(since(t0));
+    stats_.count_store(n, since(t0));
   }
 
   void remove(uint64_t key) override {

@@ -28,12 +28,9 @@ class HostTier final : public UnitStore {
     auto it = map_.find(key);
     if (it == map_.end()) return std::nullopt;
     lru_.splice(lru_.end(), lru_, it->second.pos);  // most recently used last
-    ++stats_.hits;
-    ++stats_.loads;
-    stats_.load_bytes += static_cast<int64_t>(it->second.bytes.size());
     std::vector<uint8_t> out = it->second.bytes;
-    stats_.observe_load(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    stats_.count_load(static_cast<int64_t>(out.size()),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
 
@@ -56,10 +53,8 @@ class HostTier final : public UnitStore {
       map_.emplace(key, Obj{bytes, std::prev(lru_.end())});
       stats_.bytes += n;
       ++stats_.objects;
-      ++stats_.stores;
-      stats_.store_bytes += n;
-      stats_.observe_store(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      stats_.count_store(
+          n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     spill(evicted);  // outside the lock: the next tier does I/O
   }

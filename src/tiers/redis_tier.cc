@@ -63,10 +63,7 @@ class RedisTier final : public UnitStore {
     Reply r = command("GET %b", k.data(), k.size());
     if (!r || r->type != REDIS_REPLY_STRING) return std::nullopt;
     std::vector<uint8_t> bytes(r->str, r->str + r->len);
-    ++stats_.hits;
-    ++stats_.loads;
-    stats_.load_bytes += static_cast<int64_t>(bytes.size());
-    stats_.observe_load(since(t0));
+    stats_.count_load(static_cast<int64_t>(bytes.size()), since(t0));
     return bytes;
   }
 
@@ -81,9 +78,7 @@ class RedisTier final : public UnitStore {
                      std::string(r->str, r->len));
       return;
     }
-    ++stats_.stores;
-    stats_.store_bytes += static_cast<int64_t>(bytes.size());
-    stats_.observe_store(since(t0));
+    stats_.count_store(static_cast<int64_t>(bytes.size()), since(t0));
   }
 
   void remove(uint64_t key) override {
