@@ -53,7 +53,7 @@ TEST(CliFlags, ServeRefusesASpeculativeConfigTheModelCannotRun) {
                        &out, true, 120),
             2)
       << out;
-  EXPECT_NE(out.find("needs a model with DSpark stages"), std::string::npos) << out;
+  EXPECT_NE(out.find("needs a DeepSeek-V4.1 checkpoint with DSpark stages"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ namespace strata::tools {
 namespace {
 
 // `generate --speculative-config`: the same output as without it (seeded sampling on
-// stories260K, greedy ids on V4.1 with DSpark and V4 with n-gram); configs the model cannot
+// stories260K, greedy ids on V4.1 with DSpark and V4 with n-gram and MTP); configs the model cannot
 // run are usage errors.
 TEST(GenerateSpeculativeCli, SameOutputAsWithout) {
   const std::string stories = src_dir() + "/models/stories260K";
@@ -126,7 +126,11 @@ TEST(GenerateSpeculativeCli, SameOutputAsWithout) {
             R"('{"method":"dspark","num_speculative_tokens":5}')"},
            {"generate --model " + v41 + " -n 24 -t 0.8 -s 3 --output-ids --prompt-ids 5,9,11,13,2,17",
             R"('{"method":"dspark","num_speculative_tokens":2}')"},
-           {"generate --model " + v4_dir() + " -n 24 -t 0 --prompt-ids 7,8,9,7,8,9,7,8", ngram}}) {
+           {"generate --model " + v4_dir() + " -n 24 -t 0 --prompt-ids 7,8,9,7,8,9,7,8", ngram},
+           {"generate --model " + v4_dir() + " -n 24 -t 0 --output-ids --prompt-ids 7,8,9,7,8,9,7,8",
+            R"('{"method":"mtp","num_speculative_tokens":3}')"},
+           {"generate --model " + v4_dir() + " -n 24 -t 0.8 -s 5 --output-ids --prompt-ids 4,90,33",
+            R"('{"method":"mtp","num_speculative_tokens":7}')"}}) {
     std::string plain, spec;
     ASSERT_EQ(run_strata(r.args, &plain), 0) << r.args;
     ASSERT_EQ(run_strata(r.args + " --speculative-config " + r.config, &spec), 0) << r.args;

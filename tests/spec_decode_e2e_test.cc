@@ -1,10 +1,10 @@
-// Speculative decoding on the real model families (issue 28): n-gram drafts (and on V4.1 the
-// model's own DSpark drafts) verified by the target give token ids equal to plain decoding --
-// greedy for every draft width and every forced reject point, seeded sampling, 8 concurrent
-// requests, prefix hits, a pool small enough to preempt -- and every pool is back at its
-// baseline after. Llama (stories260K) rolls back by cutting its KV; DeepSeek V4.1 / V4
-// recompute from their prefix cache (DSpark rings included: drafts after any partial accept
-// equal the drafts of plain decoding at the same committed prefix).
+// Speculative decoding on the real model families (issue 28): n-gram drafts (and the models'
+// own drafters: DSpark on V4.1, MTP on V4) verified by the target give token ids equal to
+// plain decoding -- greedy for every draft width and every forced reject point, seeded
+// sampling, 8 concurrent requests, prefix hits, a pool small enough to preempt -- and every
+// pool is back at its baseline after. Llama (stories260K) rolls back by cutting its KV;
+// DeepSeek V4.1 / V4 with the undo record (drafter state included: drafts after any partial
+// accept equal the drafts of plain decoding at the same committed prefix).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -128,48 +128,60 @@ TEST_P(SpecDecodeFamilies, ConcurrentSeededAndPrefixHitsEqualPlain) {
 INSTANTIATE_TEST_SUITE_P(Models, SpecDecodeFamilies,
                          ::testing::Values("stories260K", "deepseek-v41-tiny", "deepseek-v4flash-tiny"));
 
-SpeculativeConfig dspark_config(int k, int reject_at = 0) {
+SpeculativeConfig drafter_config(const std::string& method, int k, int reject_at = 0) {
   SpeculativeConfig c;
-  c.method = "dspark";
+  c.method = method;
   c.num_speculative_tokens = k;
   c.force_reject_at = reject_at;
   return c;
 }
+SpeculativeConfig dspark_config(int k, int reject_at = 0) {
+  return drafter_config("dspark", k, reject_at);
+}
 
-// DSpark on the V4.1 golden checkpoint (random weights: drafts are rarely right, so every
-// step exercises rejection and the rollback by recompute).
-TEST(SpecDecodeDspark, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
-  const std::string model = "deepseek-v41-tiny";
-  const Out plain = run(model, {}, 2, greedy_params(20));
+// The model's own drafter: DSpark on the V4.1 golden checkpoint, MTP on the V4 one (random
+// weights: drafts are rarely right, so every step exercises rejection and the rollback).
+struct DrafterCase {
+  const char* model;
+  const char* method;
+  int max_k;
+};
+class SpecDecodeDrafter : public ::testing::TestWithParam<DrafterCase> {};
+
+TEST_P(SpecDecodeDrafter, GreedyEqualsPlainForEveryWidthAndRejectPoint) {
+  const DrafterCase dc = GetParam();
+  const Out plain = run(dc.model, {}, 2, greedy_params(20));
   ASSERT_EQ(plain.tokens.size(), 2u);
-  for (int k = 1; k <= 5; ++k) {
-    const Out s = run(model, dspark_config(k), 2, greedy_params(20));
+  for (int k = 1; k <= dc.max_k; ++k) {
+    const Out s = run(dc.model, drafter_config(dc.method, k), 2, greedy_params(20));
     EXPECT_EQ(s.tokens, plain.tokens) << "k " << k;
     EXPECT_GT(s.stats.spec_decode_num_draft_tokens, 0) << "no drafts proposed";
     EXPECT_EQ(s.stats.spec_decode_rollback_recomputes, 0) << "k " << k;
     for (int j = 1; j <= k; j += 2)
-      EXPECT_EQ(run(model, dspark_config(k, j), 2, greedy_params(20)).tokens, plain.tokens)
+      EXPECT_EQ(run(dc.model, drafter_config(dc.method, k, j), 2, greedy_params(20)).tokens,
+                plain.tokens)
           << "k " << k << " forced reject at " << j;
   }
 }
 
-TEST(SpecDecodeDspark, ConcurrentSeededAndPrefixHitsEqualPlain) {
+TEST_P(SpecDecodeDrafter, ConcurrentSeededAndPrefixHitsEqualPlain) {
+  const DrafterCase dc = GetParam();
   GenerationParams g;
   g.temperature = 0.8;
   g.top_k = 20;
   g.max_tokens = 16;
   g.ignore_eos = true;
   g.seed = 11;
-  const Out plain = run("deepseek-v41-tiny", {}, 8, g);
-  const Out spec = run("deepseek-v41-tiny", dspark_config(3), 8, g, 0, /*twice=*/true);
+  const Out plain = run(dc.model, {}, 8, g);
+  const Out spec = run(dc.model, drafter_config(dc.method, 3), 8, g, 0, /*twice=*/true);
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_GT(spec.stats.spec_decode_num_drafts, 0);
 }
 
-// The DSpark rings roll back with the rest of the state: with drafts whose first j tokens are
-// the true continuation (an oracle wrapped around the model's drafter), every step accepts
-// exactly j and rejects the next; the model's draft at each committed prefix must equal the
-// draft at that prefix during plain decoding.
+// The drafter's state (DSpark rings; MTP ring and carry) rolls back with the rest: with
+// drafts whose first j tokens are the true continuation (an oracle wrapped around the model's
+// drafter), every step accepts exactly j and rejects the next; the model's draft at each
+// committed prefix must equal the draft at that prefix during plain decoding.
 class RecordingDspark : public DraftProposer {
  public:
   RecordingDspark(ModelRunner* r, std::vector<int32_t> truth, int right,
@@ -177,7 +189,7 @@ class RecordingDspark : public DraftProposer {
       : runner_(r), truth_(std::move(truth)), right_(right), seen_(seen) {}
   std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
                                int max_k) const override {
-    auto d = runner_->draft_tokens(seq, tokens.back());
+    auto d = runner_->draft_tokens(seq, tokens.back(), 5);
     EXPECT_TRUE(d.ok() || tokens.size() < 3) << d.status().to_string();
     if (d.ok()) {
       auto [it, fresh] = seen_->emplace(tokens.size(), *d);
@@ -199,13 +211,14 @@ class RecordingDspark : public DraftProposer {
   std::map<size_t, std::vector<int32_t>>* seen_;
 };
 
-TEST(SpecDecodeDspark, DraftsAfterPartialAcceptsEqualPlainDrafts) {
-  const std::string model = "deepseek-v41-tiny";
+TEST_P(SpecDecodeDrafter, DraftsAfterPartialAcceptsEqualPlainDrafts) {
+  const DrafterCase dc = GetParam();
+  const std::string model = dc.model;
   auto runner = testing::fresh_runner(model, 0);
   ASSERT_TRUE(runner);
   const std::vector<int32_t> prompt = repetitive_prompt(0, runner->info().vocab_size);
   std::map<size_t, std::vector<int32_t>> plain_drafts;
-  const Out plain = run(model, dspark_config(5), 1, greedy_params(24), 0, false, prompt,
+  const Out plain = run(model, drafter_config(dc.method, 5), 1, greedy_params(24), 0, false, prompt,
                         [&](ModelRunner* r) {
                           return std::make_unique<RecordingDspark>(r, std::vector<int32_t>{}, -1,
                                                                    &plain_drafts);
@@ -216,7 +229,7 @@ TEST(SpecDecodeDspark, DraftsAfterPartialAcceptsEqualPlainDrafts) {
   ASSERT_GT(plain_drafts.size(), 20u);
   for (int right = 0; right <= 4; ++right) {
     std::map<size_t, std::vector<int32_t>> drafts;
-    const Out s = run(model, dspark_config(5), 1, greedy_params(24), 0, false, prompt,
+    const Out s = run(model, drafter_config(dc.method, 5), 1, greedy_params(24), 0, false, prompt,
                       [&](ModelRunner* r) {
                         return std::make_unique<RecordingDspark>(r, truth, right, &drafts);
                       });
@@ -232,6 +245,11 @@ TEST(SpecDecodeDspark, DraftsAfterPartialAcceptsEqualPlainDrafts) {
     EXPECT_GT(compared, 3) << right << " right";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, SpecDecodeDrafter,
+                         ::testing::Values(DrafterCase{"deepseek-v41-tiny", "dspark", 5},
+                                           DrafterCase{"deepseek-v4flash-tiny", "mtp", 7}),
+                         [](const auto& info) { return std::string(info.param.method); });
 
 TEST(SpecDecodeDspark, RefusedWhereItCannotRun) {
   auto llama = testing::fresh_runner("stories260K", 0);
@@ -250,6 +268,23 @@ TEST(SpecDecodeDspark, RefusedWhereItCannotRun) {
   // Without the engine's guard, a runner with no drafter gives no proposer at all.
   EXPECT_EQ(make_proposer(dspark_config(2), llama.get()), nullptr);
   EXPECT_NE(make_proposer(dspark_config(2), v41.get()), nullptr);
+}
+
+TEST(SpecDecodeMtp, RefusedWhereItCannotRun) {
+  auto v41 = testing::fresh_runner("deepseek-v41-tiny", 0);
+  auto v4 = testing::fresh_runner("deepseek-v4flash-tiny", 0);
+  ASSERT_TRUE(v41 && v4);
+  EXPECT_EQ(v4->drafter_method(), "mtp");
+  EXPECT_EQ(v41->drafter_method(), "dspark");
+  Status st = check_speculative_config(drafter_config("mtp", 2), *v41);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
+  EXPECT_NE(st.message().find("MTP layer"), std::string::npos) << st.to_string();
+  st = check_speculative_config(dspark_config(2), *v4);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
+  EXPECT_NE(st.message().find("'mtp' drafter"), std::string::npos) << st.to_string();
+  EXPECT_TRUE(check_speculative_config(drafter_config("mtp", 16), *v4).ok());
+  EXPECT_EQ(make_proposer(drafter_config("mtp", 2), v41.get()), nullptr);
+  EXPECT_NE(make_proposer(drafter_config("mtp", 2), v4.get()), nullptr);
 }
 
 // On the trained model, prompt lookup is accepted where the text repeats, and Llama rolls

@@ -106,17 +106,21 @@ class ModelRunner {
     return Status(StatusCode::kUnimplemented, "this runner cannot roll a sequence back");
   }
 
-  // ---- Optional: a drafter inside the model (V4.1 DSpark; default: none). ----
+  // ---- Optional: a drafter inside the model (V4.1 DSpark, V4 MTP; default: none). ----
   //
-  // Draft tokens per block (0: the model has no drafter).
+  // The drafter's --speculative-config method name ("dspark", "mtp"; "" = none).
+  virtual std::string drafter_method() const { return ""; }
+  // Most draft tokens one draft_tokens call gives (DSpark: its block; MTP: the chain limit;
+  // 0: the model has no drafter).
   virtual int draft_block_size() const { return 0; }
-  // The drafter's block after `seq`'s state (every token fed so far) given `next`, the token
-  // sampled from seq's last logits (not yet fed): draft_block_size() tokens for the positions
-  // after `next`. Reads state only. FailedPrecondition when the sequence is too short to draft
-  // from or has tokens pending; Unimplemented without a drafter.
-  virtual StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) {
+  // The drafter's tokens after `seq`'s state (every token fed so far) given `next`, the token
+  // sampled from seq's last logits (not yet fed): min(max_k, draft_block_size()) tokens for
+  // the positions after `next`. Reads state only. FailedPrecondition when the sequence is too
+  // short to draft from or has tokens pending; Unimplemented without a drafter.
+  virtual StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) {
     (void)seq;
     (void)next;
+    (void)max_k;
     return Status(StatusCode::kUnimplemented, "this model has no drafter");
   }
 

@@ -29,7 +29,15 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool) {
       return (*dst)->bytes();
     });
   };
-  for (V4BlockWeights& b : layers_) {
+  std::vector<V4BlockWeights*> blocks;
+  for (V4BlockWeights& b : layers_) blocks.push_back(&b);
+  for (V4BlockWeights& b : mtp_) {
+    blocks.push_back(&b);
+    add_linear(b.e_proj);
+    add_linear(b.h_proj);
+  }
+  for (V4BlockWeights* bp : blocks) {
+    V4BlockWeights& b = *bp;
     V4AttentionWeights& a = b.attn;
     for (V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.indexer.wq_b,
                          &a.indexer.weights_proj})

@@ -17,7 +17,7 @@
 //                      declares int32: values are cast at load).
 // Per layer: a compressor for every ratio > 0 (CSA ratio 4: [2*hd, D] + ape [4, 2*hd]; HCA:
 // [hd, D] + ape [m, hd]); an indexer (wq_b, weights_proj, own overlapping compressor of width
-// index_head_dim) for CSA layers. MTP blocks (`mtp.N.*`) are loaded and checked but not run.
+// index_head_dim) for CSA layers. MTP blocks (`mtp.N.*`) are loaded and packed; mtp.0 drafts (DeepseekV4Model::mtp_draft).
 //
 // Errors: load() returns FailedPrecondition / NotFound naming the tensor.
 // Lifetime: views point into `checkpoint`, which must outlive this object.
@@ -74,7 +74,7 @@ struct V4MoeWeights {
 struct V4BlockWeights : DeepseekBlockCommon {
   V4AttentionWeights attn;
   V4MoeWeights ffn;
-  // MTP extras (not run).
+  // MTP extras (MTP blocks only; DeepseekV4Model::mtp_draft).
   V41Linear e_proj, h_proj;
   TensorView enorm, hnorm, norm, hc_head_fn, hc_head_base, hc_head_scale;
 };
@@ -90,7 +90,10 @@ class DeepseekV4Weights {
   const TensorView& hc_head_fn() const { return hc_head_fn_; }        // F32 [hc, hc*dim]
   const TensorView& hc_head_base() const { return hc_head_base_; }    // F32 [hc]
   const TensorView& hc_head_scale() const { return hc_head_scale_; }  // F32 [1]
-  const V4BlockWeights& layer(int i) const { return layers_[i]; }
+  // Backbone layer i < num_layers(); i >= num_layers() is MTP block i - num_layers().
+  const V4BlockWeights& layer(int i) const {
+    return i < num_layers() ? layers_[i] : mtp_[static_cast<size_t>(i - num_layers())];
+  }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<V4BlockWeights>& mtp() const { return mtp_; }
   int64_t num_tensors_used() const { return num_used_; }

@@ -109,13 +109,15 @@ class MirroredRunner final : public ModelRunner {
     return r_->truncate_sequence(seq, new_len);
   }
   int draft_block_size() const override { return r_->draft_block_size(); }
-  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) override {
+  std::string drafter_method() const override { return r_->drafter_method(); }
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override {
     Msg m;
     m.put<uint8_t>(kDraft);
     m.put<int64_t>(seq.value);
     m.put<int32_t>(next);
+    m.put<int32_t>(max_k);
     bcast(&m);
-    return r_->draft_tokens(seq, next);
+    return r_->draft_tokens(seq, next, max_k);
   }
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override {
     Msg m;
@@ -196,7 +198,8 @@ void follow(ModelRunner& r) {
       }
       case kDraft: {
         const SeqId seq{m.get<int64_t>()};
-        (void)r.draft_tokens(seq, m.get<int32_t>());
+        const int32_t next = m.get<int32_t>();
+        (void)r.draft_tokens(seq, next, m.get<int32_t>());
         break;
       }
       case kStop:

@@ -35,12 +35,9 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   if (!j.contains("method") || !j["method"].is_string())
     return invalid_argument("--speculative-config: 'method' (a string) is required");
   c.method = j["method"].get<std::string>();
-  if (c.method == "mtp")
-    return invalid_argument("--speculative-config: method '{}' is not built yet in this version "
-                            "(available: ngram, dspark)", c.method);
-  if (c.method != "ngram" && c.method != "dspark")
-    return invalid_argument("--speculative-config: unknown method '{}' (available: ngram, dspark)",
-                            c.method);
+  if (c.method != "ngram" && c.method != "dspark" && c.method != "mtp")
+    return invalid_argument(
+        "--speculative-config: unknown method '{}' (available: ngram, dspark, mtp)", c.method);
   if (c.method != "ngram")
     for (const char* f : {"prompt_lookup_max", "prompt_lookup_min"})
       if (j.contains(f))
@@ -60,21 +57,28 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
 }
 
 Status check_speculative_config(const SpeculativeConfig& c, const ModelRunner& runner) {
-  if (c.method != "dspark") return ok_status();
+  if (c.method != "dspark" && c.method != "mtp") return ok_status();
+  const bool dspark = c.method == "dspark";
   const int block = runner.draft_block_size();
-  if (block <= 0)
-    return failed_precondition("--speculative-config: method 'dspark' needs a model with DSpark "
-                               "stages; this one ({}) has none", runner.info().architecture);
+  if (runner.drafter_method() != c.method || block <= 0)
+    return failed_precondition(
+        "--speculative-config: method '{}' needs {}; this model ({}) has {}", c.method,
+        dspark ? "a DeepSeek-V4.1 checkpoint with DSpark stages"
+               : "a DeepSeek-V4 checkpoint with an MTP layer (mtp.0.*)",
+        runner.info().architecture,
+        runner.drafter_method().empty() ? std::string("no drafter")
+                                        : "the '" + runner.drafter_method() + "' drafter");
   if (c.num_speculative_tokens > block)
-    return invalid_argument("--speculative-config: num_speculative_tokens {} exceeds the DSpark "
-                            "block size {} of this model", c.num_speculative_tokens, block);
+    return invalid_argument("--speculative-config: num_speculative_tokens {} exceeds the {} {} "
+                            "of this model", c.num_speculative_tokens,
+                            dspark ? "DSpark block size" : "MTP draft chain limit", block);
   return ok_status();
 }
 
 std::vector<int32_t> ModelDraftProposer::propose(SeqId seq, std::span<const int32_t> tokens,
                                                  int max_k) const {
   if (tokens.empty() || max_k <= 0) return {};
-  StatusOr<std::vector<int32_t>> d = runner_->draft_tokens(seq, tokens.back());
+  StatusOr<std::vector<int32_t>> d = runner_->draft_tokens(seq, tokens.back(), max_k);
   if (!d.ok()) return {};
   std::vector<int32_t> out = std::move(d).value();
   if (static_cast<int64_t>(out.size()) > max_k) out.resize(static_cast<size_t>(max_k));
@@ -101,7 +105,8 @@ std::vector<int32_t> NgramProposer::propose(SeqId, std::span<const int32_t> toke
 std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config, ModelRunner* runner) {
   if (config.method == "ngram")
     return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
-  if (config.method == "dspark" && runner != nullptr && runner->draft_block_size() > 0)
+  if ((config.method == "dspark" || config.method == "mtp") && runner != nullptr &&
+      runner->drafter_method() == config.method && runner->draft_block_size() > 0)
     return std::make_unique<ModelDraftProposer>(runner);
   return nullptr;
 }

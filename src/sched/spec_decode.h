@@ -29,7 +29,7 @@
 namespace strata {
 
 struct SpeculativeConfig {
-  std::string method;               // "" = off; "ngram", "dspark"
+  std::string method;               // "" = off; "ngram", "dspark", "mtp"
   int num_speculative_tokens = 0;   // K: drafts per step (1..kMaxSpeculativeTokens)
   int prompt_lookup_max = 4;        // ngram: longest suffix n-gram looked up
   int prompt_lookup_min = 2;        // ngram: shortest
@@ -44,14 +44,15 @@ inline constexpr int kMaxSpeculativeTokens = 16;
 // Parses vLLM's --speculative-config JSON ({"method": "ngram", "num_speculative_tokens": K,
 // "prompt_lookup_max": N, "prompt_lookup_min": M}). "" or "{}" = off.
 // Errors (InvalidArgument, naming the field): not JSON / not an object, unknown field, wrong
-// type, K outside [1, 16], lookup bounds outside 1 <= min <= max <= 64, a method this build
-// does not run ("mtp" is named as not built yet; others unknown). "dspark" needs a model
-// with DSpark stages: check_speculative_config says whether the loaded one fits.
+// type, K outside [1, 16], lookup bounds outside 1 <= min <= max <= 64, an unknown method.
+// "dspark" needs a model with DSpark stages, "mtp" one with an MTP layer:
+// check_speculative_config says whether the loaded one fits.
 StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json);
 
-// Whether `config` can run on `runner` (call at startup, before serving): "dspark" needs a
-// drafter in the model (FailedPrecondition naming the architecture) and K <= its block size
-// (InvalidArgument: the drafter proposes one block per step; vLLM refuses K > block too).
+// Whether `config` can run on `runner` (call at startup, before serving): "dspark" / "mtp"
+// need that drafter in the model (ModelRunner::drafter_method; FailedPrecondition naming the
+// architecture) and K <= its draft_block_size() (InvalidArgument: DSpark proposes one block
+// per step, vLLM refuses K > block too; MTP chains its layer up to 16 times).
 Status check_speculative_config(const SpeculativeConfig& config, const ModelRunner& runner);
 
 class DraftProposer {
@@ -77,9 +78,9 @@ class NgramProposer : public DraftProposer {
   int min_n_, max_n_;
 };
 
-// DSpark (V4.1): the model's own draft block (ModelRunner::draft_tokens) from the committed
-// state and the target's next token, its first max_k tokens; none when the runner cannot
-// draft for the sequence yet (fewer than 2 positions in state).
+// DSpark (V4.1) / MTP (V4): the model's own drafts (ModelRunner::draft_tokens) from the
+// committed state and the target's next token, at most max_k; none when the runner cannot
+// draft for the sequence yet (too few positions in state).
 class ModelDraftProposer : public DraftProposer {
  public:
   explicit ModelDraftProposer(ModelRunner* runner) : runner_(runner) {}
@@ -90,8 +91,8 @@ class ModelDraftProposer : public DraftProposer {
   ModelRunner* runner_;
 };
 
-// The proposer of `config` over `runner` (null when speculation is off, or for "dspark" on a
-// runner without a drafter -- check_speculative_config refuses that at startup).
+// The proposer of `config` over `runner` (null when speculation is off, or for "dspark" /
+// "mtp" on a runner without that drafter -- check_speculative_config refuses that at startup).
 std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config, ModelRunner* runner);
 
 }  // namespace strata

@@ -36,7 +36,7 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
            R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2})",
            R"({"method": "ngram", "num_speculative_tokens": 3, "draft_model": "x"})",
            R"({"method": "eagle", "num_speculative_tokens": 3})",
-           R"({"method": "mtp", "num_speculative_tokens": 1})",
+           R"({"method": "mtp", "num_speculative_tokens": 1, "prompt_lookup_max": 3})",
            R"({"method": "dspark", "num_speculative_tokens": 2, "prompt_lookup_min": 1})",
            R"({"method": "dspark", "num_speculative_tokens": 2)"}) {
     auto c = parse_speculative_config(bad);
@@ -45,8 +45,8 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
       EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << bad;
     }
   }
-  EXPECT_NE(parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3})")
-                .status().message().find("not built yet"), std::string::npos);
+  EXPECT_NE(parse_speculative_config(R"({"method": "eagle", "num_speculative_tokens": 3})")
+                .status().message().find("available: ngram, dspark, mtp"), std::string::npos);
   EXPECT_NE(parse_speculative_config(R"({"method": "ngram")").status().message().find(
                 "not valid JSON"), std::string::npos);
   // dspark parses; whether the model can run it is check_speculative_config's question.
@@ -54,6 +54,10 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->method, "dspark");
   EXPECT_EQ(d->num_speculative_tokens, 3);
+  auto m = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 7})");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->method, "mtp");
+  EXPECT_EQ(m->num_speculative_tokens, 7);
 }
 
 TEST(NgramProposer, ProposesWhatFollowedTheMostRecentMatch) {

@@ -365,13 +365,27 @@ StatusOr<StateGraph> StateGraph::from_deepseek(const DeepseekConfig& c) {
     StateSpec d;
     d.kind = StateKind::kDraftState;
     d.granularity = Granularity::kFixed;
-    d.rows_fixed = 0;
-    d.row_elems = 0;
-    d.format = RowFormat::kF32;
-    d.handoff = HandoffPolicy::kRebuild;
-    d.rollback = "discard drafts; rings keep only accepted positions";
+    if (c.is_v41()) {
+      d.rows_fixed = 0;
+      d.row_elems = 0;
+      d.format = RowFormat::kF32;
+      d.handoff = HandoffPolicy::kRebuild;
+      d.rollback = "discard drafts; rings keep only accepted positions";
+    } else {
+      // V4 MTP: the MTP layer's ring row of position j needs the backbone's hidden streams
+      // at j AND token j+1, so the last position's streams are carried to the next call.
+      d.rows_fixed = 1;
+      d.row_elems = c.hc_mult * c.dim;
+      d.format = RowFormat::kBf16;
+      d.handoff = HandoffPolicy::kTransfer;
+      d.rollback = "restore the row of the last accepted position (undo record)";
+    }
     d = make_state_spec(d);
-    d.layout = "none per request: a draft block lives one step (the DSpark rings are the draft stages' window_kv owners)";
+    d.layout = c.is_v41()
+        ? "none per request: a draft block lives one step (the DSpark rings are the draft "
+          "stages' window_kv owners)"
+        : fmt::format("[{} x {} bf16]: the hidden streams after the last backbone block at the "
+                      "last computed position (the MTP layer's h input)", c.hc_mult, c.dim);
     OwnerId dd = b.add_owner(StateKind::kDraftState, c.n_layers, Stage::kDraft, d);
     b.add_write(c.n_layers, dd);
   }

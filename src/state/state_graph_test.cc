@@ -91,7 +91,8 @@ TEST(StateGraph, V4Flash0731Totals) {
   const int64_t csa_state = 21LL * (8 * 1024 * 4 * 2 + 8 * 256 * 4 * 2);
   const int64_t hca_state = 20LL * (128 * 512 * 4 * 2);
   EXPECT_EQ(g->bytes_per_request_fixed(Stage::kBackbone), windows + csa_state + hca_state);
-  EXPECT_EQ(g->bytes_per_request_fixed(Stage::kDraft), 3LL * 128 * row);  // 3 stages
+  // 3 stages' rings + the MTP carry (hc x dim bf16 streams of the last position)
+  EXPECT_EQ(g->bytes_per_request_fixed(Stage::kDraft), 3LL * 128 * row + 4LL * 4096 * 2);
 }
 
 TEST(StateGraph, V4ProTotals) {
@@ -106,7 +107,8 @@ TEST(StateGraph, V4ProTotals) {
   EXPECT_DOUBLE_EQ(g->bytes_per_token(), per_token);
   const int64_t fixed = 61LL * 128 * row + 30LL * (65536 + 16384) + 31LL * 524288;
   EXPECT_EQ(g->bytes_per_request_fixed(Stage::kBackbone), fixed);
-  EXPECT_EQ(g->bytes_per_request_fixed(Stage::kDraft), 1LL * 128 * row);
+  EXPECT_EQ(g->bytes_per_request_fixed(Stage::kDraft),
+            1LL * 128 * row + int64_t{c.hc_mult} * c.dim * 2);  // ring + MTP carry
 }
 
 TEST(StateGraph, Llama) {

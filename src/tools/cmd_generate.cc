@@ -242,8 +242,8 @@ void setup_generate(CLI::App& app) {
                 "After the text, print the generated token ids as one JSON array on the last "
                 "line of stdout");
   cmd->add_option("--speculative-config", o->speculative_config,
-                  "Speculative decoding as JSON, vLLM's fields: {\"method\": \"ngram\" or "
-                  "\"dspark\", \"num_speculative_tokens\": K, ...}; the output is the same "
+                  "Speculative decoding as JSON, vLLM's fields: {\"method\": \"ngram\", "
+                  "\"dspark\" (V4.1) or \"mtp\" (V4), \"num_speculative_tokens\": K, ...}; the output is the same "
                   "as without it");
   cmd->add_flag("-v,--verbose", o->verbose, "Print timing (and speculative acceptance) to stderr");
   cmd->callback([o, cmd] {

@@ -221,7 +221,8 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "
                   "\"num_speculative_tokens\": 4}' (prompt_lookup_max/min too), or method "
-                  "\"dspark\" on a V4.1 checkpoint with DSpark stages (K <= 5); outputs are "
+                  "\"dspark\" on a V4.1 checkpoint with DSpark stages (K <= 5), or \"mtp\" on a V4 "
+                  "checkpoint with an MTP layer (K <= 16); outputs are "
                   "unchanged, only faster where drafts are accepted");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(size_t{1}, size_t{1} << 40))

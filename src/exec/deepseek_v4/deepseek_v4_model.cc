@@ -44,11 +44,13 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
   }
-  for (int l = 0; l < c.n_layers; ++l) {
+  // RoPE tables for the backbone and the loaded MTP blocks (layer ids n_layers..).
+  const int n_rope = c.n_layers + static_cast<int>(m->weights_->mtp().size());
+  for (int l = 0; l < n_rope; ++l) {
     const LayerSchedule& ls = c.layers[l];
     m->rope_.emplace_back(c.rope_head_dim, ls.rope_theta, ls.yarn ? c.original_seq_len : 0,
                           c.rope_factor, c.beta_fast, c.beta_slow);
-    if (ls.has_indexer) m->index_layers_.push_back(l);
+    if (ls.has_indexer && l < c.n_layers) m->index_layers_.push_back(l);
   }
   m->max_context_ = max_context > 0 ? max_context : c.max_position_embeddings;
   if (m->max_context_ <= 0) m->max_context_ = 1 << 20;
@@ -236,6 +238,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
     dump(ln + "block_out", h.data(), {S, hc, D});
   }
+  write_mtp_rows(c, h.data());
   v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),
               weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vrows, x.data());
   v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());

@@ -22,7 +22,13 @@
 // or new_legacy_sequence() for A/B checks.
 // Routes: per call, MoE expert ids per backbone layer per token (gate order) and, per CSA
 // layer (in layer order), the compressed positions the indexer kept per token.
-// MTP: the MTP block is loaded but not run (speculative decoding is later work).
+// MTP (speculative decoding, v4_mtp.cc): the MTP layer's row of position j pairs the
+// backbone's hidden streams at j with token j+1 (MTPBlock.forward: e_proj(enorm(embed(t)))
+// + h_proj(hnorm(h)) into a full Block, window attention only, then its own hc_head / norm and
+// the shared head), at RoPE position j as vLLM / SGLang run DeepSeek MTP. Every forward
+// writes, for the positions it completes, the MTP layer's window-ring rows (kv path only) and
+// the draft_state carry (the streams of its last position, for the next call's first row), so
+// the draft state is a function of the token ids like every other ring; mtp_draft only reads.
 // Errors: load() returns config / checkpoint / state-graph errors; forward() InvalidArgument
 // for token ids out of range, OutOfRange past max context, ResourceExhausted past the state
 // capacity (state_max_tokens()).
@@ -98,11 +104,49 @@ class DeepseekV4Model {
   Status forward(V4SequenceState* seq, std::span<const int32_t> tokens,
                  const V4ForwardOptions& options, std::vector<float>* logits) const;
 
+  // Whether the checkpoint has an MTP block (mtp.0.*) to draft with.
+  bool has_mtp() const;
+  // Most drafts one mtp_draft call chains (the one MTP layer reused per step, as vLLM does
+  // when num_speculative_tokens exceeds the model's MTP layers).
+  static constexpr int kMtpMaxDrafts = 16;
+  // k greedy drafts after `seq` (positions [0, P] computed, P = length()-1) given `token`, the
+  // target's next token (position P+1, not yet fed): step i (0-based) runs the MTP block as a
+  // one-token decode at position P+i on (streams, token) = (the carry, `token`) for i = 0,
+  // else (step i-1's output streams, draft i-1); its window holds the ring's rows before P
+  // and the draft's own rows from P on; draft i = the first argmax of its logits. Reads state
+  // only (the draft's rows never reach the ring). `logits` (may be null) gets [k, vocab].
+  // FailedPrecondition without an MTP block, on the legacy state backend or with no position
+  // in state; InvalidArgument for a token out of range or k outside [1, kMtpMaxDrafts].
+  Status mtp_draft(const V4SequenceState& seq, int32_t token, int k, std::vector<int32_t>* ids,
+                   std::vector<float>* logits = nullptr) const;
+  // Validation path: the MTP block as one call of n rows on `scratch` (a sequence of its own
+  // whose only state used is the MTP layer's window ring, rows from scratch->length() on),
+  // through the general attention() / moe() code, every row in the canonical one-token form.
+  // Row i takes streams hidden[i] [hc, dim] and token tokens[i]; returns logits [n, vocab]
+  // and the block's output streams [n, hc, dim]. mtp_draft's step 0 at position P equals row
+  // P of this over the pairs (backbone streams at j, token j+1), j = 0..P (tests check it).
+  Status mtp_forward(V4SequenceState* scratch, std::span<const int32_t> tokens,
+                     const float* hidden, std::vector<float>* logits,
+                     std::vector<float>* streams) const;
+
   struct Call;  // per-call context (v4_attention.cc / deepseek_v4_model.cc)
 
  private:
   DeepseekV4Model() = default;
   void attention(int layer, const float* x, Call& c, float* out) const;
+  // Pieces of attention() the MTP draft shares: queries qr [S, q_lora], q [S, H, head_dim]
+  // (RoPE at s0+i); window KV rows [S, head_dim] (RoPE at s0+i, FP8 QDQ); the grouped
+  // low-rank output of o [S, H*head_dim] into out [S, dim].
+  void attention_queries(int layer, const float* x, int64_t S, int64_t s0,
+                         const v41::CallRows& vrows, float* qr, float* q) const;
+  void window_kv(int layer, const float* x, int64_t S, int64_t s0, float* kv) const;
+  void attention_output(int layer, const float* o, int64_t S, float* out) const;
+  // MTP (v4_mtp.cc). The block input streams x [n, hc, dim] of n (token, streams) pairs, and
+  // its attention input: post [n, hc], comb [n, hc, hc], xn = attn_norm(hc_pre(x)) [n, dim].
+  void mtp_attn_in(const int32_t* toks, const float* hidden, int64_t n, float* x, float* post,
+                   float* comb, float* xn) const;
+  // After the backbone of a call: the MTP ring rows it completes and the carry (h [S, hc, dim]).
+  void write_mtp_rows(Call& c, const float* h) const;
   void moe(int layer, const float* x, Call& c, float* out) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
               bool clamp, float* out) const;

@@ -1,6 +1,7 @@
 // DeepseekV4Runner and DeepseekV4GoldenTarget; see deepseek_v4_runner.h.
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "exec/deepseek_golden_forward.h"
@@ -20,6 +21,18 @@ StatusOr<std::unique_ptr<DeepseekV4Runner>> DeepseekV4Runner::create(const std::
   STRATA_ASSIGN_OR_RETURN(r->model_, DeepseekV4Model::load(dir, 0, false, 0, threads));
   r->init(dir, std::move(name), "deepseek_v4", cache);
   return r;
+}
+
+StatusOr<std::vector<int32_t>> DeepseekV4Runner::draft_tokens(SeqId seq, int32_t next,
+                                                              int max_k) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
+  if (!it->second.state || !it->second.pending.empty())
+    return failed_precondition("sequence {} has tokens not yet computed", seq.value);
+  std::vector<int32_t> ids;
+  STRATA_RETURN_IF_ERROR(model_->mtp_draft(*it->second.state, next,
+                                           std::min(max_k, DeepseekV4Model::kMtpMaxDrafts), &ids));
+  return ids;
 }
 
 StatusOr<GoldenStepOutput> DeepseekV4GoldenTarget::forward(std::span<const int32_t> tokens,

@@ -33,6 +33,13 @@ class DeepseekV4Runner
                                                             int threads = 0,
                                                             V41RunnerCacheOptions cache = {});
 
+  // MTP (DeepseekV4Model::mtp_draft) when the checkpoint has an MTP block.
+  std::string drafter_method() const override { return model_->has_mtp() ? "mtp" : ""; }
+  int draft_block_size() const override {
+    return model_->has_mtp() ? DeepseekV4Model::kMtpMaxDrafts : 0;
+  }
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override;
+
  private:
   DeepseekV4Runner() = default;
 };

@@ -185,24 +185,9 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   const int rd = config_.rope_head_dim;
   const v41::RopeTable& rope = rope_[L];
 
-  // Queries: q_norm(wq_a x) -> wq_b -> per-head rms (no weight) -> RoPE tail.
-  std::vector<float> t(S * std::max(ql, hd)), qr(S * ql), q(S * H * hd);
-  v4::linear(x, S, aw.wq_a, t.data(), pool_.get());
-  v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr.data());
-  v4::linear(qr.data(), S, aw.wq_b, q.data(), pool_.get());
-  for (int64_t i = 0; i < S; ++i)  // token i's heads: rows tok(i)*H.. of the reference's
-    v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, c.vrows.tok(i) * H, c.vrows.n * H);
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
-
-  // Window KV: kv_norm(wkv x) -> RoPE tail -> FP8 QDQ of the nope dims (block 64).
-  std::vector<float> kv(S * hd);
-  v4::linear(x, S, aw.wkv, t.data(), pool_.get());
-  v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv.data());
-  for (int64_t i = 0; i < S; ++i) {
-    rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
-    v41::qdq_fp8(&kv[i * hd], hd - rd, config_.kv_fp8_block());
-  }
+  std::vector<float> qr(S * ql), q(S * H * hd), kv(S * hd);
+  attention_queries(L, x, S, s0, c.vrows, qr.data(), q.data());
+  window_kv(L, x, S, s0, kv.data());
 
   // Compressed part.
   // Compressor partial state and emitted rows go through the sequence state; attention reads
@@ -293,11 +278,47 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   for (int64_t i = std::max<int64_t>(0, S - W); i < S; ++i)
     c.seq->write_window_row(L, s0 + i, &kv[i * hd]);
 
+  attention_output(L, o.data(), S, out);
+}
+
+void DeepseekV4Model::attention_queries(int L, const float* x, int64_t S, int64_t s0,
+                                        const v41::CallRows& vrows, float* qr, float* q) const {
+  const V4AttentionWeights& aw = weights_->layer(L).attn;
+  const int64_t H = config_.n_heads, hd = config_.head_dim, ql = config_.q_lora_rank;
+  const int rd = config_.rope_head_dim;
+  // q_norm(wq_a x) -> wq_b -> per-head rms (no weight) -> RoPE tail.
+  std::vector<float> t(S * ql);
+  v4::linear(x, S, aw.wq_a, t.data(), pool_.get());
+  v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr);
+  v4::linear(qr, S, aw.wq_b, q, pool_.get());
+  for (int64_t i = 0; i < S; ++i)  // token i's heads: rows tok(i)*H.. of the reference's
+    v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, vrows.tok(i) * H, vrows.n * H);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t h = 0; h < H; ++h) rope_[L].apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+}
+
+void DeepseekV4Model::window_kv(int L, const float* x, int64_t S, int64_t s0, float* kv) const {
+  const V4AttentionWeights& aw = weights_->layer(L).attn;
+  const int64_t hd = config_.head_dim;
+  const int rd = config_.rope_head_dim;
+  // kv_norm(wkv x) -> RoPE tail -> FP8 QDQ of the nope dims (block 64).
+  std::vector<float> t(S * hd);
+  v4::linear(x, S, aw.wkv, t.data(), pool_.get());
+  v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv);
+  for (int64_t i = 0; i < S; ++i) {
+    rope_[L].apply(&kv[i * hd + hd - rd], s0 + i, false);
+    v41::qdq_fp8(&kv[i * hd], hd - rd, config_.kv_fp8_block());
+  }
+}
+
+void DeepseekV4Model::attention_output(int L, const float* o, int64_t S, float* out) const {
+  const V4AttentionWeights& aw = weights_->layer(L).attn;
   // Grouped low-rank output: u[g] = wo_a[g] · o[g] (bf16 einsum over the bf16-dequantized
   // wo_a, as convert.py prepares it), then wo_b.
   const int64_t G = config_.o_groups, R = config_.o_lora_rank;
   std::vector<float> u(S * G * R);
-  v41::grouped_wo_a(o.data(), S, H * hd, aw.wo_a, G, R, u.data(), pool_.get());
+  v41::grouped_wo_a(o, S, config_.n_heads * config_.head_dim, aw.wo_a, G, R, u.data(),
+                    pool_.get());
   v4::linear(u.data(), S, aw.wo_b, out, pool_.get());
 }
 

@@ -43,4 +43,18 @@ void V4SequenceState::store_compressor(int layer, bool index, const V4Compressor
   compressor_put(layer, index, static_cast<int64_t>(st.kv.size()), st.kv.data(), st.score.data());
 }
 
+bool V4SequenceState::has_mtp_carry() const {
+  if (!cm_) return false;
+  const OwnerId o = cm_->graph().find_owner(StateKind::kDraftState, config_->n_layers);
+  return o >= 0 && cm_->graph().owner(o).spec.rows_fixed == 1;
+}
+void V4SequenceState::read_mtp_carry(float* out) const {
+  STRATA_CHECK(has_mtp_carry());
+  cm_->read_row(seq_, cm_->graph().find_owner(StateKind::kDraftState, config_->n_layers), 0, out);
+}
+void V4SequenceState::write_mtp_carry(const float* x) {
+  STRATA_CHECK(has_mtp_carry());
+  cm_->write_row(seq_, cm_->graph().find_owner(StateKind::kDraftState, config_->n_layers), 0, x);
+}
+
 }  // namespace strata

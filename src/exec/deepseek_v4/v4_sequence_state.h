@@ -91,6 +91,12 @@ class V4SequenceState : public SequenceCallState {
   // kv/score back (rows are written with write_compressed_row / write_index_key).
   void load_compressor(int layer, bool index, V4CompressorState* st) const;
   void store_compressor(int layer, bool index, const V4CompressorState& st);
+  // MTP carry (the graph's draft_state owner; state-module backends only, CHECKed): the
+  // hidden streams [hc_mult, dim] after the last backbone block at position length()-1,
+  // stored as BF16 (values read back are the bf16-rounded ones).
+  bool has_mtp_carry() const;
+  void read_mtp_carry(float* out) const;
+  void write_mtp_carry(const float* x);
 
  private:
   const DeepseekConfig* config_;

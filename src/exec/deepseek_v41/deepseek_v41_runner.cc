@@ -92,14 +92,16 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
   return deepseek_golden_forward(*model_, *seq_, tokens, start_pos, opt);
 }
 
-StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_t next) {
+StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_t next, int max_k) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
   if (!it->second.state || !it->second.pending.empty())
     return failed_precondition("sequence {} has tokens not yet computed", seq.value);
   V41DsparkDraft d;
   STRATA_RETURN_IF_ERROR(model_->dspark_draft(*it->second.state, next, &d));
-  return std::vector<int32_t>(d.ids.begin() + 1, d.ids.end());
+  std::vector<int32_t> out(d.ids.begin() + 1, d.ids.end());
+  if (max_k >= 0 && static_cast<int64_t>(out.size()) > max_k) out.resize(static_cast<size_t>(max_k));
+  return out;
 }
 
 StatusOr<GoldenDraft> DeepseekV41GoldenTarget::draft(int32_t token) {

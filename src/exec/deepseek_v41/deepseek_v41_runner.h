@@ -46,7 +46,8 @@ class DeepseekV41Runner
   // DSpark (DeepseekV41Model::dspark_draft) when the checkpoint has the stages.
   int draft_block_size() const override { return model_->dspark_block_size(); }
   const EngramTableStore* engram_tables() const override { return model_->engram_tables(); }
-  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next) override;
+  std::string drafter_method() const override { return model_->has_dspark() ? "dspark" : ""; }
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override;
 
  private:
   DeepseekV41Runner() = default;
