@@ -137,8 +137,9 @@ std::string deepseek_arch_text(const DeepseekConfig& c) {
                        c.n_draft_layers, c.n_layers, c.total_layers() - 1, c.dspark_block_size,
                        ids(c.dspark_target_layer_ids), c.dspark_markov_rank);
     else
-      s += fmt::format("  MTP: {} layer(s) (layer id {}): weights load; running it waits for "
-                       "the speculative-decoding work\n",
+      s += fmt::format("  MTP: {} layer(s) (layer id {}); mtp.0 drafts, chained up to 16 tokens "
+                       "(served with --speculative-config '{{\"method\":\"mtp\","
+                       "\"num_speculative_tokens\":K}}')\n",
                        c.n_draft_layers, c.n_layers);
   }
   s += fmt::format("  quantization: weights {} (block {}x{}), experts {}, scales {}\n",
