@@ -24,6 +24,7 @@
 #include "exec/runner_factory.h"
 #include "runner_fixtures.h"
 #include "sched/engine.h"
+#include "sched/spec_decode.h"
 
 namespace strata {
 namespace {
@@ -199,7 +200,8 @@ void prefix_grid(const std::string& model) {
 }
 
 void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
-                std::unique_ptr<ModelRunner> tight_runner = nullptr) {
+                std::unique_ptr<ModelRunner> tight_runner = nullptr,
+                const SpeculativeConfig& spec = {}) {
   auto tight = tight_runner ? std::move(tight_runner) : make_runner(model, kv_tokens);
   ASSERT_TRUE(tight);
   const int32_t vocab = tight->info().vocab_size;
@@ -218,6 +220,8 @@ void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
   EngineOptions eo;
   eo.scheduler.max_num_batched_tokens = 256;
   eo.scheduler.chunk_size = 96;
+  eo.speculative = spec;
+  ASSERT_TRUE(check_speculative_config(spec, *tight).ok());
   Engine engine(tight.get(), nullptr, eo);
   Driver d{&engine};
   std::vector<int> arrive(reqs.size());
@@ -234,6 +238,7 @@ void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
   const EngineStats st = engine.stats();
   EXPECT_GT(st.num_preemptions_total, 0) << model << ": the pool was not tight enough to test";
   EXPECT_EQ(st.requests_failed_total, 0) << model;
+  if (spec.enabled()) EXPECT_GT(st.spec_decode_num_drafts, 0) << model << ": no drafts verified";
   size_t i = 0;
   for (const auto& [id, o] : d.out) {
     const Req& r = reqs[i++];
@@ -277,13 +282,29 @@ TEST(PrefixPurity, V41ThreeLongRequestsSmallPool) {
 
 // V4 with few sequence slots (each owner's pool is max_tokens/unit + max_seqs blocks of 128:
 // 5 blocks = 640 positions per owner, room for the longest request alone plus one unit).
-TEST(PrefixPurity, V4Preemption) {
+std::unique_ptr<ModelRunner> tight_v4_runner() {
   V41RunnerCacheOptions co;
   co.max_seqs = 3;
   co.max_tokens = 256;
   auto r = DeepseekV4Runner::create(model_dir("deepseek-v4flash-tiny"), "", 2, co);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  preemption("deepseek-v4flash-tiny", 0, 440, std::move(r).value());
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+TEST(PrefixPurity, V4Preemption) { preemption("deepseek-v4flash-tiny", 0, 440, tight_v4_runner()); }
+
+// The same with the models' own drafters: preempted and recomputed sequences (drafter rings
+// and the MTP carry included) still give each request its output alone.
+SpeculativeConfig drafter(const char* method) {
+  SpeculativeConfig c;
+  c.method = method;
+  c.num_speculative_tokens = 3;
+  return c;
+}
+TEST(PrefixPurity, V4PreemptionWithMtp) {
+  preemption("deepseek-v4flash-tiny", 0, 440, tight_v4_runner(), drafter("mtp"));
+}
+TEST(PrefixPurity, V41PreemptionWithDspark) {
+  preemption("deepseek-v41-tiny", 64, 440, nullptr, drafter("dspark"));
 }
 
 TEST(PrefixPurity, LlamaGrid) { prefix_grid("stories260K"); }
