@@ -136,7 +136,9 @@ std::vector<int32_t> prompt_of(int64_t n, uint32_t seed, int32_t vocab) {
   return testing::random_prompt(n, seed, vocab);
 }
 
-void matches_colocated(const std::string& model) {
+// spec_on_decode: a --speculative-config for the decode server only (prefill runs without
+// it); the handed-off state must carry what its drafter reads.
+void matches_colocated(const std::string& model, const std::string& spec_on_decode = "") {
   RunnerOptions ro;
   ro.threads = 1;
   auto runner = make_model_runner(model_dir(model), ro);
@@ -151,7 +153,12 @@ void matches_colocated(const std::string& model) {
   const std::string ipc = "ipc:///tmp/strata-test-" + std::to_string(getpid()) + "-" + model + ".ipc";
   auto p2 = serve(model, model + "-p2",
                   {"--disaggregation-mode", "prefill", "--kv-transfer-endpoint", ipc});
-  auto d = serve(model, model + "-d", {"--disaggregation-mode", "decode"});
+  std::vector<std::string> dargs = {"--disaggregation-mode", "decode"};
+  if (!spec_on_decode.empty()) {
+    dargs.push_back("--speculative-config");
+    dargs.push_back(spec_on_decode);
+  }
+  auto d = serve(model, model + "-d", dargs);
   ASSERT_TRUE(col && p1 && p2 && d);
   EXPECT_EQ(p2->endpoint(), ipc);
   EXPECT_EQ(p1->endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << p1->endpoint();
@@ -235,9 +242,17 @@ void matches_colocated(const std::string& model) {
   EXPECT_EQ(metric(p2->port(), "strata:kv_transfer_leases_active"), 0);
   EXPECT_EQ(metric(d->port(), "strata:kv_transfer_imports_total"), n);
   EXPECT_EQ(metric(d->port(), "strata:num_requests_running"), 0);
+  if (!spec_on_decode.empty())
+    EXPECT_GT(metric(d->port(), "strata:spec_decode_num_drafts"), 0) << "no verify on the decode side";
 }
 
 TEST(PdDisagg, MatchesColocatedLlama) { matches_colocated("stories260K"); }
+TEST(PdDisagg, MatchesColocatedV4TinyWithMtpOnDecode) {
+  matches_colocated("deepseek-v4flash-tiny", R"({"method":"mtp","num_speculative_tokens":3})");
+}
+TEST(PdDisagg, MatchesColocatedV41TinyWithDsparkOnDecode) {
+  matches_colocated("deepseek-v41-tiny", R"({"method":"dspark","num_speculative_tokens":3})");
+}
 TEST(PdDisagg, MatchesColocatedV41Tiny) { matches_colocated("deepseek-v41-tiny"); }
 TEST(PdDisagg, MatchesColocatedV4Tiny) { matches_colocated("deepseek-v4flash-tiny"); }
 
