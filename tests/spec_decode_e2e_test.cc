@@ -246,6 +246,30 @@ TEST_P(SpecDecodeDrafter, DraftsAfterPartialAcceptsEqualPlainDrafts) {
   }
 }
 
+// Confidence-scheduled width (spec-tiers.md S10): only the leading drafts whose confidence
+// is >= tau are verified; the output never depends on tau, and a higher tau verifies fewer
+// drafts (tau 1 none that are not certain).
+TEST_P(SpecDecodeDrafter, ConfidenceThresholdKeepsOutputs) {
+  const DrafterCase dc = GetParam();
+  const Out plain = run(dc.model, {}, 2, greedy_params(20));
+  int64_t prev = -1;
+  std::vector<int64_t> verified;
+  for (double tau : {0.0, 0.01, 0.5, 0.7, 1.0}) {
+    SpeculativeConfig c = drafter_config(dc.method, 4);
+    c.confidence_threshold = tau;
+    const Out s = run(dc.model, c, 2, greedy_params(20));
+    EXPECT_EQ(s.tokens, plain.tokens) << "tau " << tau;
+    const int64_t n = s.stats.spec_decode_num_draft_tokens;
+    if (prev >= 0) EXPECT_LE(n, prev) << "tau " << tau;
+    prev = n;
+    verified.push_back(n);
+  }
+  EXPECT_LT(verified.back(), verified.front()) << "the threshold never cut a draft";
+  std::string seen;
+  for (int64_t v : verified) seen += std::to_string(v) + " ";
+  RecordProperty("draft_tokens_by_tau", seen);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, SpecDecodeDrafter,
                          ::testing::Values(DrafterCase{"deepseek-v41-tiny", "dspark", 5},
                                            DrafterCase{"deepseek-v4flash-tiny", "mtp", 7}),

@@ -115,12 +115,16 @@ class ModelRunner {
   virtual int draft_block_size() const { return 0; }
   // The drafter's tokens after `seq`'s state (every token fed so far) given `next`, the token
   // sampled from seq's last logits (not yet fed): min(max_k, draft_block_size()) tokens for
-  // the positions after `next`. Reads state only. FailedPrecondition when the sequence is too
-  // short to draft from or has tokens pending; Unimplemented without a drafter.
-  virtual StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) {
+  // the positions after `next`. Reads state only. `confidence` (may be null) gets one value in
+  // [0, 1] per draft: DSpark sigmoid(confidence head), MTP the softmax probability of the
+  // drafted token. FailedPrecondition when the sequence is too short to draft from or has
+  // tokens pending; Unimplemented without a drafter.
+  virtual StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k,
+                                                      std::vector<float>* confidence = nullptr) {
     (void)seq;
     (void)next;
     (void)max_k;
+    (void)confidence;
     return Status(StatusCode::kUnimplemented, "this model has no drafter");
   }
 

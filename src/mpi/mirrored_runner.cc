@@ -110,14 +110,15 @@ class MirroredRunner final : public ModelRunner {
   }
   int draft_block_size() const override { return r_->draft_block_size(); }
   std::string drafter_method() const override { return r_->drafter_method(); }
-  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override {
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k,
+                                              std::vector<float>* confidence) override {
     Msg m;
     m.put<uint8_t>(kDraft);
     m.put<int64_t>(seq.value);
     m.put<int32_t>(next);
     m.put<int32_t>(max_k);
     bcast(&m);
-    return r_->draft_tokens(seq, next, max_k);
+    return r_->draft_tokens(seq, next, max_k, confidence);
   }
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override {
     Msg m;

@@ -28,7 +28,7 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   };
   for (auto it = j.begin(); it != j.end(); ++it) {
     static const char* kKnown[] = {"method", "num_speculative_tokens", "prompt_lookup_max",
-                                   "prompt_lookup_min"};
+                                   "prompt_lookup_min", "confidence_threshold"};
     if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) == std::end(kKnown))
       return invalid_argument("--speculative-config: unknown field '{}'", it.key());
   }
@@ -42,6 +42,16 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
     for (const char* f : {"prompt_lookup_max", "prompt_lookup_min"})
       if (j.contains(f))
         return invalid_argument("--speculative-config: '{}' applies to method 'ngram' only", f);
+  if (j.contains("confidence_threshold")) {
+    if (c.method == "ngram")
+      return invalid_argument("--speculative-config: 'confidence_threshold' applies to methods "
+                              "'dspark' and 'mtp' only");
+    const auto& v = j["confidence_threshold"];
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
+      return invalid_argument("--speculative-config: 'confidence_threshold' must be a number in "
+                              "[0, 1]");
+    c.confidence_threshold = v.get<double>();
+  }
   if (!j.contains("num_speculative_tokens"))
     return invalid_argument("--speculative-config: 'num_speculative_tokens' is required");
   STRATA_RETURN_IF_ERROR(int_field("num_speculative_tokens", &c.num_speculative_tokens, 1,
@@ -78,10 +88,17 @@ Status check_speculative_config(const SpeculativeConfig& c, const ModelRunner& r
 std::vector<int32_t> ModelDraftProposer::propose(SeqId seq, std::span<const int32_t> tokens,
                                                  int max_k) const {
   if (tokens.empty() || max_k <= 0) return {};
-  StatusOr<std::vector<int32_t>> d = runner_->draft_tokens(seq, tokens.back(), max_k);
+  std::vector<float> conf;
+  StatusOr<std::vector<int32_t>> d =
+      runner_->draft_tokens(seq, tokens.back(), max_k, threshold_ > 0 ? &conf : nullptr);
   if (!d.ok()) return {};
   std::vector<int32_t> out = std::move(d).value();
   if (static_cast<int64_t>(out.size()) > max_k) out.resize(static_cast<size_t>(max_k));
+  if (threshold_ > 0) {
+    size_t keep = 0;
+    while (keep < out.size() && keep < conf.size() && conf[keep] >= threshold_) ++keep;
+    out.resize(keep);
+  }
   return out;
 }
 
@@ -107,7 +124,7 @@ std::unique_ptr<DraftProposer> make_proposer(const SpeculativeConfig& config, Mo
     return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
   if ((config.method == "dspark" || config.method == "mtp") && runner != nullptr &&
       runner->drafter_method() == config.method && runner->draft_block_size() > 0)
-    return std::make_unique<ModelDraftProposer>(runner);
+    return std::make_unique<ModelDraftProposer>(runner, config.confidence_threshold);
   return nullptr;
 }
 

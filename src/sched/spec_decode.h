@@ -33,6 +33,9 @@ struct SpeculativeConfig {
   int num_speculative_tokens = 0;   // K: drafts per step (1..kMaxSpeculativeTokens)
   int prompt_lookup_max = 4;        // ngram: longest suffix n-gram looked up
   int prompt_lookup_min = 2;        // ngram: shortest
+  // dspark / mtp: confidence-scheduled width -- verify only the leading drafts whose
+  // confidence (ModelRunner::draft_tokens) is >= this; 0 = always K (spec-tiers.md §1.2).
+  double confidence_threshold = 0;
   // Test hook: treat draft j (1-based) as rejected even when it matches (0 = off), so every
   // partial-accept count and its rollback can be exercised.
   int force_reject_at = 0;
@@ -42,7 +45,8 @@ struct SpeculativeConfig {
 inline constexpr int kMaxSpeculativeTokens = 16;
 
 // Parses vLLM's --speculative-config JSON ({"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_max": N, "prompt_lookup_min": M}). "" or "{}" = off.
+// "prompt_lookup_max": N, "prompt_lookup_min": M}; for dspark / mtp also
+// "confidence_threshold": a number in [0, 1]). "" or "{}" = off.
 // Errors (InvalidArgument, naming the field): not JSON / not an object, unknown field, wrong
 // type, K outside [1, 16], lookup bounds outside 1 <= min <= max <= 64, an unknown method.
 // "dspark" needs a model with DSpark stages, "mtp" one with an MTP layer:
@@ -81,14 +85,18 @@ class NgramProposer : public DraftProposer {
 // DSpark (V4.1) / MTP (V4): the model's own drafts (ModelRunner::draft_tokens) from the
 // committed state and the target's next token, at most max_k; none when the runner cannot
 // draft for the sequence yet (too few positions in state).
+// With a confidence threshold, only the leading drafts whose confidence is >= it (possibly
+// none: a plain decode step).
 class ModelDraftProposer : public DraftProposer {
  public:
-  explicit ModelDraftProposer(ModelRunner* runner) : runner_(runner) {}
+  explicit ModelDraftProposer(ModelRunner* runner, double confidence_threshold = 0)
+      : runner_(runner), threshold_(confidence_threshold) {}
   std::vector<int32_t> propose(SeqId seq, std::span<const int32_t> tokens,
                                int max_k) const override;
 
  private:
   ModelRunner* runner_;
+  double threshold_;
 };
 
 // The proposer of `config` over `runner` (null when speculation is off, or for "dspark" /

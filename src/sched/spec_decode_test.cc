@@ -54,6 +54,17 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->method, "dspark");
   EXPECT_EQ(d->num_speculative_tokens, 3);
+  for (const char* bad : {
+           R"({"method": "ngram", "num_speculative_tokens": 2, "confidence_threshold": 0.5})",
+           R"({"method": "dspark", "num_speculative_tokens": 2, "confidence_threshold": 1.5})",
+           R"({"method": "mtp", "num_speculative_tokens": 2, "confidence_threshold": "high"})"}) {
+    auto c = parse_speculative_config(bad);
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  auto t = parse_speculative_config(
+      R"({"method": "dspark", "num_speculative_tokens": 5, "confidence_threshold": 0.7})");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_DOUBLE_EQ(t->confidence_threshold, 0.7);
   auto m = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 7})");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ(m->method, "mtp");

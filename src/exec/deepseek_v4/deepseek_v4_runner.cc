@@ -2,6 +2,7 @@
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "exec/deepseek_golden_forward.h"
@@ -24,14 +25,28 @@ StatusOr<std::unique_ptr<DeepseekV4Runner>> DeepseekV4Runner::create(const std::
 }
 
 StatusOr<std::vector<int32_t>> DeepseekV4Runner::draft_tokens(SeqId seq, int32_t next,
-                                                              int max_k) {
+                                                              int max_k,
+                                                              std::vector<float>* confidence) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
   if (!it->second.state || !it->second.pending.empty())
     return failed_precondition("sequence {} has tokens not yet computed", seq.value);
   std::vector<int32_t> ids;
+  std::vector<float> logits;
   STRATA_RETURN_IF_ERROR(model_->mtp_draft(*it->second.state, next,
-                                           std::min(max_k, DeepseekV4Model::kMtpMaxDrafts), &ids));
+                                           std::min(max_k, DeepseekV4Model::kMtpMaxDrafts), &ids,
+                                           confidence ? &logits : nullptr));
+  if (confidence) {  // softmax probability of each drafted (argmax) token
+    const int64_t V = model_->config().vocab_size;
+    confidence->clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float* row = &logits[i * V];
+      const float mx = row[ids[i]];
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
+      confidence->push_back(static_cast<float>(1.0 / sum));
+    }
+  }
   return ids;
 }
 

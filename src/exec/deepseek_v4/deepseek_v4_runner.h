@@ -38,7 +38,8 @@ class DeepseekV4Runner
   int draft_block_size() const override {
     return model_->has_mtp() ? DeepseekV4Model::kMtpMaxDrafts : 0;
   }
-  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override;
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k,
+                                              std::vector<float>* confidence) override;
 
  private:
   DeepseekV4Runner() = default;

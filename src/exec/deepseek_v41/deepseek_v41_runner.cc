@@ -8,6 +8,7 @@
 #include "model/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace strata {
@@ -92,7 +93,8 @@ StatusOr<GoldenStepOutput> DeepseekV41GoldenTarget::forward(std::span<const int3
   return deepseek_golden_forward(*model_, *seq_, tokens, start_pos, opt);
 }
 
-StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_t next, int max_k) {
+StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_t next, int max_k,
+                                                               std::vector<float>* confidence) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return invalid_argument("unknown sequence {}", seq.value);
   if (!it->second.state || !it->second.pending.empty())
@@ -101,6 +103,11 @@ StatusOr<std::vector<int32_t>> DeepseekV41Runner::draft_tokens(SeqId seq, int32_
   STRATA_RETURN_IF_ERROR(model_->dspark_draft(*it->second.state, next, &d));
   std::vector<int32_t> out(d.ids.begin() + 1, d.ids.end());
   if (max_k >= 0 && static_cast<int64_t>(out.size()) > max_k) out.resize(static_cast<size_t>(max_k));
+  if (confidence) {  // draft i+1 comes from row i, as its confidence (a raw logit)
+    confidence->clear();
+    for (size_t i = 0; i < out.size(); ++i)
+      confidence->push_back(1.0f / (1.0f + std::exp(-d.confidence[i])));
+  }
   return out;
 }
 

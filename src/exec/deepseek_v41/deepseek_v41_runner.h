@@ -47,7 +47,8 @@ class DeepseekV41Runner
   int draft_block_size() const override { return model_->dspark_block_size(); }
   const EngramTableStore* engram_tables() const override { return model_->engram_tables(); }
   std::string drafter_method() const override { return model_->has_dspark() ? "dspark" : ""; }
-  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k) override;
+  StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k,
+                                              std::vector<float>* confidence) override;
 
  private:
   DeepseekV41Runner() = default;
