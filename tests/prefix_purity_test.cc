@@ -238,7 +238,9 @@ void preemption(const std::string& model, int64_t kv_tokens, int64_t prompt_max,
   const EngineStats st = engine.stats();
   EXPECT_GT(st.num_preemptions_total, 0) << model << ": the pool was not tight enough to test";
   EXPECT_EQ(st.requests_failed_total, 0) << model;
-  if (spec.enabled()) EXPECT_GT(st.spec_decode_num_drafts, 0) << model << ": no drafts verified";
+  if (spec.enabled()) {
+    EXPECT_GT(st.spec_decode_num_drafts, 0) << model << ": no drafts verified";
+  }
   size_t i = 0;
   for (const auto& [id, o] : d.out) {
     const Req& r = reqs[i++];

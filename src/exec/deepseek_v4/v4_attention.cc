@@ -147,27 +147,25 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
                                     index_layers_.begin());
   if (c.routes) c.routes->index[slot].assign(S, {});
+  // Per (key, head): the f64 dot in j order (v41::index_dots_keys, heads as a vector), then
+  // relu / weight / sum over heads (v41::index_weighted_scores); same bits as the scalar loop.
+  std::vector<const float*> kp(nkeys);
+  for (int64_t g = 0; g < nkeys; ++g) kp[g] = &keys[g * id];
+  std::vector<double> qT(id * ih), dots;
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;
     const int64_t vis = (p + 1) / m;
     const int64_t clen = c.canonical ? vis : clen_call;
     const int64_t k = std::min<int64_t>(config_.index_topk, clen);
-    for (int64_t g = 0; g < clen; ++g) {
-      if (g >= vis) {
-        score[g] = kNegInf;
-        continue;
-      }
-      const float* kr = &keys[g * id];
-      float acc = 0.0f;
-      for (int64_t h = 0; h < ih; ++h) {
-        const float* qh = &q[(i * ih + h) * id];
-        double d = 0.0;
-        for (int64_t j = 0; j < id; ++j) d += static_cast<double>(qh[j]) * kr[j];
-        float dv = std::max(round_to_bf16(static_cast<float>(d)), 0.0f);
-        acc += round_to_bf16(dv * wt[i * ih + h]);
-      }
-      score[g] = round_to_bf16(acc);
+    for (int64_t j = 0; j < id; ++j)
+      for (int64_t h = 0; h < ih; ++h) qT[j * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
+    const int64_t nv = std::min(vis, clen);
+    dots.resize(std::max<int64_t>(1, nv) * ih);
+    if (nv > 0) {
+      v41::index_dots_keys(qT.data(), kp.data(), nv, id, ih, dots.data());
+      v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
     }
+    for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;
     std::vector<int32_t> sel = v41::torch_topk(score.data(), clen, k, true);
     std::vector<int32_t>& list = (*lists)[i];
     for (int32_t g : sel) {

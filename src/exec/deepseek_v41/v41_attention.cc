@@ -174,20 +174,8 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       const int64_t e = std::min(g1, vis);
       if (e > g0) v41::index_dots_keys(&qT[i * id * ih], kp.data(), e - g0, id, ih, dots.data());
       float* score = &scores[i * clen];
-      for (int64_t g = g0; g < g1; ++g) {
-        if (g >= vis) {
-          score[g] = kNegInf;
-          continue;
-        }
-        const double* dg = &dots[(g - g0) * ih];
-        float acc = 0.0f;
-        for (int64_t h = 0; h < ih; ++h) {
-          float dv = round_to_bf16(static_cast<float>(dg[h]));
-          dv = std::max(dv, 0.0f);
-          acc += round_to_bf16(dv * w[i * ih + h]);
-        }
-        score[g] = round_to_bf16(acc);
-      }
+      if (e > g0) v41::index_weighted_scores(dots.data(), e - g0, ih, &w[i * ih], score + g0);
+      for (int64_t g = std::max(g0, e); g < g1; ++g) score[g] = kNegInf;
     }
   };
   // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):

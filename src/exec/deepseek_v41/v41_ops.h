@@ -167,6 +167,20 @@ void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, 
 void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys, int64_t d,
                      int64_t n_heads, double* out);
 
+// The indexer's per-key score from its per-head dots (reference Indexer.forward: relu of the
+// bf16 dots, times the bf16 head weights, summed over heads, bf16): for r < n_keys,
+//   score[r] = bf16(sum over h = 0.. in order, f32, of bf16(max(bf16(float(dots[r*n_heads+h])),
+//              0) * w[h])),
+// max keeping a NaN dot. On AVX2 CPUs 8 keys run in the lanes of one vector, each lane the
+// scalar sequence (same bits; v41_ops_test). dots [n_keys, n_heads] f64, w [n_heads] (bf16
+// values), score [n_keys]. Thread safety: pure. (v41_index_scores.cc)
+void index_weighted_scores(const double* dots, int64_t n_keys, int64_t n_heads, const float* w,
+                           float* score);
+namespace ref {
+void index_weighted_scores(const double* dots, int64_t n_keys, int64_t n_heads, const float* w,
+                           float* score);
+}
+
 // expf with SLEEF xexpf (u10, FMA) arithmetic, as torch's AVX2 vectorized exp.
 float sleef_expf(float x);
 // The experts' SwiGLU on one row of n values, as the reference's Expert.forward:

@@ -44,6 +44,61 @@ TEST(V41Ops, IndexDotsMatchSequentialF64Loop) {
   }
 }
 
+// index_weighted_scores against the documented formula written here with its own bf16
+// rounding (bit patterns compared, so NaN lanes count too), on every ISA path.
+float bf16_here(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u = (u | 0x00400000u) & 0xffff0000u;
+  } else {
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  }
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+TEST(V41Ops, IndexWeightedScoresMatchTheFormula) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd;
+  for (int64_t nh : {1, 3, 4, 16, 64}) {
+    for (int64_t nk : {1, 7, 8, 9, 64, 101}) {
+      std::vector<double> dots(nk * nh);
+      for (auto& v : dots) {
+        v = nd(rng) * std::ldexp(1.0, static_cast<int>(rng() % 30) - 10);
+        switch (rng() % 16) {
+          case 0: v = -0.0; break;
+          case 1: v = std::numeric_limits<double>::quiet_NaN(); break;
+          case 2: v = 1e39; break;                       // overflows f32
+          case 3: v = 1.0 + std::ldexp(1.0, -8); break;  // a bf16 tie
+          default: break;
+        }
+      }
+      std::vector<float> w(nh);
+      for (auto& v : w) v = bf16_here(static_cast<float>(nd(rng)));
+      std::vector<float> want(nk);
+      for (int64_t r = 0; r < nk; ++r) {
+        float acc = 0.0f;
+        for (int64_t h = 0; h < nh; ++h) {
+          float dv = bf16_here(static_cast<float>(dots[r * nh + h]));
+          if (dv < 0.0f) dv = 0.0f;
+          acc += bf16_here(dv * w[h]);
+        }
+        want[r] = bf16_here(acc);
+      }
+      for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+        if (isa == kernels::Isa::kAvx2 && !kernels::cpu_has_avx2_fma()) continue;
+        const kernels::Isa old = kernels::active_isa();
+        kernels::force_isa(isa);
+        std::vector<float> got(nk, 7.0f);
+        index_weighted_scores(dots.data(), nk, nh, w.data(), got.data());
+        kernels::force_isa(old);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), nk * sizeof(float)), 0)
+            << "heads " << nh << " keys " << nk << " isa " << static_cast<int>(isa);
+      }
+    }
+  }
+}
+
 TEST(V41Ops, IndexDotsKeysMatchOneKeyCalls) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;

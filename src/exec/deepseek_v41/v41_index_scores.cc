@@ -1,0 +1,71 @@
+// v41::index_weighted_scores (see v41_ops.h): the indexer's weighting of per-head dots, scalar
+// and with 8 keys per AVX2 vector (each lane the scalar sequence of operations).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "exec/deepseek_v41/v41_ops.h"
+#include "kernels/cpu_features.h"
+#include "model/dtype.h"
+
+namespace strata::v41 {
+
+namespace ref {
+void index_weighted_scores(const double* dots, int64_t n_keys, int64_t n_heads, const float* w,
+                           float* score) {
+  for (int64_t r = 0; r < n_keys; ++r) {
+    const double* d = dots + r * n_heads;
+    float acc = 0.0f;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float dv = std::max(round_to_bf16(static_cast<float>(d[h])), 0.0f);
+      acc += round_to_bf16(dv * w[h]);
+    }
+    score[r] = round_to_bf16(acc);
+  }
+}
+}  // namespace ref
+
+namespace {
+
+// round_to_bf16 on 8 lanes: round half to even; a NaN stays NaN (quieted).
+__attribute__((target("avx2,fma"))) inline __m256 round_bf16_8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rne = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i r = _mm256_and_si256(_mm256_blendv_epi8(rne, quiet, nan),
+                                     _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm256_castsi256_ps(r);
+}
+
+__attribute__((target("avx2,fma"))) void scores8_avx2(const double* dots, int64_t n_heads,
+                                                      const float* w, float* score) {
+  const __m128i stride = _mm_setr_epi32(0, 1, 2, 3);
+  const __m128i lo = _mm_mullo_epi32(stride, _mm_set1_epi32(static_cast<int>(n_heads)));
+  const __m128i hi = _mm_add_epi32(lo, _mm_set1_epi32(static_cast<int>(4 * n_heads)));
+  __m256 acc = _mm256_setzero_ps();
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256d zd = _mm256_setzero_pd(), all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const __m128 a = _mm256_cvtpd_ps(_mm256_mask_i32gather_pd(zd, dots + h, lo, all, 8));
+    const __m128 b = _mm256_cvtpd_ps(_mm256_mask_i32gather_pd(zd, dots + h, hi, all, 8));
+    __m256 dv = round_bf16_8(_mm256_set_m128(b, a));
+    dv = _mm256_blendv_ps(dv, zero, _mm256_cmp_ps(dv, zero, _CMP_LT_OQ));  // max(dv, 0)
+    acc = _mm256_add_ps(acc, round_bf16_8(_mm256_mul_ps(dv, _mm256_set1_ps(w[h]))));
+  }
+  _mm256_storeu_ps(score, round_bf16_8(acc));
+}
+
+}  // namespace
+
+void index_weighted_scores(const double* dots, int64_t n_keys, int64_t n_heads, const float* w,
+                           float* score) {
+  int64_t r = 0;
+  if (kernels::active_isa() == kernels::Isa::kAvx2 && n_heads * 8 < (int64_t{1} << 31))
+    for (; r + 8 <= n_keys; r += 8) scores8_avx2(dots + r * n_heads, n_heads, w, score + r);
+  ref::index_weighted_scores(dots + r * n_heads, n_keys - r, n_heads, w, score + r);
+}
+
+}  // namespace strata::v41
