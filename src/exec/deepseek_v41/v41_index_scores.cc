@@ -40,20 +40,34 @@ __attribute__((target("avx2,fma"))) inline __m256 round_bf16_8(__m256 x) {
   return _mm256_castsi256_ps(r);
 }
 
+// One head of 8 keys: d = float(dots) (lanes = keys); returns acc + bf16(max(bf16(d), 0) * wh).
+__attribute__((target("avx2,fma"))) inline __m256 add_head(__m256 acc, __m256 d, float wh) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 dv = round_bf16_8(d);
+  dv = _mm256_blendv_ps(dv, zero, _mm256_cmp_ps(dv, zero, _CMP_LT_OQ));  // max(dv, 0)
+  return _mm256_add_ps(acc, round_bf16_8(_mm256_mul_ps(dv, _mm256_set1_ps(wh))));
+}
+
 __attribute__((target("avx2,fma"))) void scores8_avx2(const double* dots, int64_t n_heads,
                                                       const float* w, float* score) {
   const __m128i stride = _mm_setr_epi32(0, 1, 2, 3);
   const __m128i lo = _mm_mullo_epi32(stride, _mm_set1_epi32(static_cast<int>(n_heads)));
   const __m128i hi = _mm_add_epi32(lo, _mm_set1_epi32(static_cast<int>(4 * n_heads)));
   __m256 acc = _mm256_setzero_ps();
-  const __m256 zero = _mm256_setzero_ps();
+  int64_t h = 0;
+  // Four heads at a time: 8 contiguous [4] f64 loads, converted and transposed to lanes = keys.
+  for (; h + 4 <= n_heads; h += 4) {
+    __m128 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_cvtpd_ps(_mm256_loadu_pd(dots + i * n_heads + h));
+    _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+    _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
+    for (int c = 0; c < 4; ++c) acc = add_head(acc, _mm256_set_m128(r[4 + c], r[c]), w[h + c]);
+  }
   const __m256d zd = _mm256_setzero_pd(), all = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
-  for (int64_t h = 0; h < n_heads; ++h) {
+  for (; h < n_heads; ++h) {
     const __m128 a = _mm256_cvtpd_ps(_mm256_mask_i32gather_pd(zd, dots + h, lo, all, 8));
     const __m128 b = _mm256_cvtpd_ps(_mm256_mask_i32gather_pd(zd, dots + h, hi, all, 8));
-    __m256 dv = round_bf16_8(_mm256_set_m128(b, a));
-    dv = _mm256_blendv_ps(dv, zero, _mm256_cmp_ps(dv, zero, _CMP_LT_OQ));  // max(dv, 0)
-    acc = _mm256_add_ps(acc, round_bf16_8(_mm256_mul_ps(dv, _mm256_set1_ps(w[h]))));
+    acc = add_head(acc, _mm256_set_m128(b, a), w[h]);
   }
   _mm256_storeu_ps(score, round_bf16_8(acc));
 }
