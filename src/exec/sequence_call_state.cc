@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/quant_formats.h"
 #include "state/cache_manager.h"
 #include "state/sequence_cache.h"
+#include "state/state_graph.h"
 
 namespace strata {
 
@@ -104,6 +106,26 @@ void SequenceCallState::read_index_keys(int owner, int64_t g0, int64_t n, float*
   if (cm_) return cm_->read_index_keys(seq_, owner, g0, n, out);
   read_rows(legacy_rows_[owner].index_keys, g0, n, index_head_dim_, out);
 }
+void SequenceCallState::index_key_codes(int owner, int64_t g0, int64_t n,
+                                        std::vector<uint8_t>* scratch,
+                                        const uint8_t** out) const {
+  if (n <= 0) return;
+  if (cm_) {
+    const OwnerId o = cm_->graph().find_owner(StateKind::kIndexKeys, owner);
+    STRATA_CHECK_MSG(o >= 0, "layer {} owns no index keys", owner);
+    return cm_->raw_rows(seq_, o, g0, n, out);
+  }
+  const int64_t d = index_head_dim_, rb = d / 2 + d / 32;
+  std::vector<float> rows(n * d);
+  read_rows(legacy_rows_[owner].index_keys, g0, n, d, rows.data());
+  scratch->resize(n * rb);
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* r = &(*scratch)[i * rb];
+    quant::fp4_ue8m0_quantize(&rows[i * d], static_cast<int>(d), 32, r, r + d / 2);
+    out[i] = r;
+  }
+}
+
 void SequenceCallState::write_index_key(int owner, int64_t g, const float* x) {
   if (cm_) return cm_->write_index_key(seq_, owner, g, x);
   append_row(legacy_rows_[owner].index_keys, g, index_head_dim_, x);

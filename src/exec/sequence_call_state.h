@@ -79,6 +79,11 @@ class SequenceCallState {
   void read_compressed_rows(int owner, int64_t g0, int64_t n, float* out) const;
   void write_compressed_row(int owner, int64_t g, const float* x);
   void read_index_keys(int owner, int64_t g0, int64_t n, float* out) const;
+  // The same rows in their stored FP4 form ([d/2 E2M1 codes][d/32 UE8M0], the kIndexKeys
+  // serving format): out[i] points into the cache (state-module backends; valid until the
+  // state changes) or, on the legacy backend, into `scratch` (the f32 rows re-encoded, exact).
+  void index_key_codes(int owner, int64_t g0, int64_t n, std::vector<uint8_t>* scratch,
+                       const uint8_t** out) const;
   void write_index_key(int owner, int64_t g, const float* x);
   // A compressor's partial state (`index`: the CSA indexer's compressor, V4 only): kv and
   // score, n floats each (the layer's size, which the legacy mirror CHECKs), through the

@@ -724,6 +724,22 @@ void CacheManager::read_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_
   }
 }
 
+void CacheManager::raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n,
+                            const uint8_t** out) const {
+  if (n <= 0) return;
+  STRATA_ROW_LOC(seq, owner, row0, first);
+  (void)first;
+  const int64_t rpb = pool_.rows_per_block();
+  const bool paged = I_.paged[owner];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = row0 + i;
+    const int64_t blk = paged ? row / rpb : 0;
+    STRATA_CHECK_MSG(blk < static_cast<int64_t>(tab_.size()), "seq {} owner {}: row {} not allocated",
+                     seq, owner, row);
+    out[i] = pool_.row(tab_[blk], row % rpb);
+  }
+}
+
 const uint8_t* CacheManager::raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const {
   STRATA_ROW_LOC(seq, owner, row, loc);
   return loc.pool->row(loc.block, loc.row);

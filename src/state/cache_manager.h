@@ -208,6 +208,9 @@ class CacheManager {
   // Serving-format bytes of one row (row_bytes of the owner's spec), for kernels that consume
   // the packed format directly. Valid until the sequence is released.
   const uint8_t* raw_row(CacheSeqId seq, OwnerId owner, int64_t row) const;
+  // Rows [row0, row0 + n): out[i] = raw_row(seq, owner, row0 + i), with one sequence and owner
+  // lookup (as read_rows). Thread safety: as read_rows.
+  void raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n, const uint8_t** out) const;
   // Stores row_bytes serving-format bytes as-is (a handoff's rows, state/handoff.h). The same
   // addressing and CHECKs as write_row (allocated, not in a shared block).
   void write_raw_row(CacheSeqId seq, OwnerId owner, int64_t row, const uint8_t* bytes);

@@ -128,8 +128,9 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   for (int64_t k = 0; k < st.n_rows(); ++k) c.seq->write_index_key(L, st.base + k, &st.rows[k * id]);
   c.seq->store_compressor(L, /*index=*/true, st);
   const int64_t nkeys = st.base + st.n_rows();
-  std::vector<float> keys(nkeys * id);
-  c.seq->read_index_keys(L, 0, nkeys, keys.data());
+  std::vector<uint8_t> key_scratch;
+  std::vector<const uint8_t*> kp(nkeys);
+  c.seq->index_key_codes(L, 0, nkeys, &key_scratch, kp.data());
   std::vector<float> wt(S * ih);
   v41::linear(x, S, iw.weights_proj, wt.data(), pool_.get());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
@@ -147,22 +148,21 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
                                     index_layers_.begin());
   if (c.routes) c.routes->index[slot].assign(S, {});
-  // Per (key, head): the f64 dot in j order (v41::index_dots_keys, heads as a vector), then
-  // relu / weight / sum over heads (v41::index_weighted_scores); same bits as the scalar loop.
-  std::vector<const float*> kp(nkeys);
-  for (int64_t g = 0; g < nkeys; ++g) kp[g] = &keys[g * id];
-  std::vector<double> qT(id * ih), dots;
+  // Per (key, head) the dot from the FP4 codes of query and key (v41::index_dots_fp4: exact
+  // integer block sums, blocks added in f64), then relu / weight / sum over heads
+  // (v41::index_weighted_scores).
+  v41::IndexQueryFp4 qf;
+  std::vector<double> dots;
   for (int64_t i = 0; i < S; ++i) {
     const int64_t p = s0 + i;
     const int64_t vis = (p + 1) / m;
     const int64_t clen = c.canonical ? vis : clen_call;
     const int64_t k = std::min<int64_t>(config_.index_topk, clen);
-    for (int64_t j = 0; j < id; ++j)
-      for (int64_t h = 0; h < ih; ++h) qT[j * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
+    qf.set(&q[i * ih * id], ih, id);
     const int64_t nv = std::min(vis, clen);
     dots.resize(std::max<int64_t>(1, nv) * ih);
     if (nv > 0) {
-      v41::index_dots_keys(qT.data(), kp.data(), nv, id, ih, dots.data());
+      v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
       v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
     }
     for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;

@@ -82,6 +82,7 @@ class V4SequenceState : public SequenceCallState {
   // rows [g0, g0+n) of `layer` (head_dim each); index keys of CSA `layer` (index_head_dim).
   using SequenceCallState::read_compressed_rows;
   using SequenceCallState::read_index_keys;
+  using SequenceCallState::index_key_codes;
   using SequenceCallState::read_window_row;
   using SequenceCallState::write_compressed_row;
   using SequenceCallState::write_index_key;

@@ -152,27 +152,23 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       out.row_width[i] = static_cast<int32_t>(std::min<int64_t>(config_.index_topk, row_len(i)));
   }
   const int64_t bs = config_.candidate_block_size;
-  // q transposed to [S][id][ih] in f64: the per-key dot products of all heads run as one
-  // vector of heads (v41::index_dots_keys), each head in its sequential j order.
-  std::vector<double> qT(S * id * ih);
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t j = 0; j < id; ++j)
-      for (int64_t h = 0; h < ih; ++h)
-        qT[(i * id + j) * ih + h] = static_cast<double>(q[(i * ih + h) * id + j]);
+  // Per token the query in the index keys' FP4 form: the dots come from the codes of both
+  // (v41::index_dots_fp4: exact integer block sums, blocks added in f64).
+  std::vector<v41::IndexQueryFp4> qf(S);
+  for (int64_t i = 0; i < S; ++i) qf[i].set(&q[i * ih * id], ih, id);
   // scores [S][clen]: every (token, key) score is independent of the others, so key ranges
   // run in parallel (reading and decoding their own keys) with the same bits at any split.
   std::vector<float> scores(S * clen);
   auto score_keys = [&](int64_t g0, int64_t g1) {
     const int64_t nk = std::max<int64_t>(0, std::min(g1, nkeys) - g0);
-    std::vector<float> keys(nk * id);
-    c.seq->read_index_keys(kowner, g0, nk, keys.data());
-    std::vector<const float*> kp(g1 - g0);
-    for (int64_t g = g0; g < g1; ++g) kp[g - g0] = g < nkeys ? &keys[(g - g0) * id] : nullptr;
+    std::vector<uint8_t> scratch;
+    std::vector<const uint8_t*> kp(g1 - g0, nullptr);
+    c.seq->index_key_codes(kowner, g0, nk, &scratch, kp.data());
     std::vector<double> dots((g1 - g0) * ih);
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
       const int64_t e = std::min(g1, vis);
-      if (e > g0) v41::index_dots_keys(&qT[i * id * ih], kp.data(), e - g0, id, ih, dots.data());
+      if (e > g0) v41::index_dots_fp4(qf[i], kp.data(), e - g0, dots.data());
       float* score = &scores[i * clen];
       if (e > g0) v41::index_weighted_scores(dots.data(), e - g0, ih, &w[i * ih], score + g0);
       for (int64_t g = std::max(g0, e); g < g1; ++g) score[g] = kNegInf;

@@ -167,6 +167,30 @@ void index_dots(const double* qT, const float* key, int64_t d, int64_t n_heads, 
 void index_dots_keys(const double* qT, const float* const* keys, int64_t n_keys, int64_t d,
                      int64_t n_heads, double* out);
 
+// The indexer's dots from FP4 codes (v41_index_fp4.cc). The query (n_heads rows of d values,
+// already FP4-QDQ'd with UE8M0 scales per 32, as the indexer's query is) in the stored
+// index-key format: per head d/2 packed E2M1 bytes (even element in the low nibble) and d/32
+// UE8M0 scales.
+struct IndexQueryFp4 {
+  int64_t n_heads = 0, d = 0;
+  std::vector<uint8_t> codes, scales;
+  void set(const float* q, int64_t n_heads, int64_t d);  // re-encoding QDQ'd values is exact
+};
+// out[r * n_heads + h] = sum over blocks b = 0..d/32-1, in order, in f64 (from 0.0), of
+// I_b * 2^(eq_b + ek_b - 256), I_b = the exact integer sum over the block's 32 elements of
+// (2 q_j / sq_b) * (2 k_j / sk_b). Each I_b term is exact, so this equals the exact dot
+// product (and the sequential f64 FMA chain of index_dots, term for term) whenever the
+// block exponents differ by less than ~39 binades -- always for the indexer's rotated rows --
+// and is the defined rounding otherwise. keys[r]: a stored index-key row ([d/2 codes][d/32
+// scales]); null = zeros. On AVX2 CPUs with d = 64 or 128 and n_heads % 4 == 0 the integer sums
+// run in maddubs / hadd (same bits; v41_ops_test). Thread safety: pure.
+void index_dots_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t n_keys,
+                    double* out);
+namespace ref {
+void index_dots_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t n_keys,
+                    double* out);
+}
+
 // The indexer's per-key score from its per-head dots (reference Indexer.forward: relu of the
 // bf16 dots, times the bf16 head weights, summed over heads, bf16): for r < n_keys,
 //   score[r] = bf16(sum over h = 0.. in order, f32, of bf16(max(bf16(float(dots[r*n_heads+h])),

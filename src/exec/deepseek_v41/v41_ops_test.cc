@@ -12,6 +12,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "kernels/quant_formats.h"
 #include "model/deepseek_v41_weights.h"
 #include "model/kernel_pack.h"
 
@@ -96,6 +97,68 @@ TEST(V41Ops, IndexWeightedScoresMatchTheFormula) {
             << "heads " << nh << " keys " << nk << " isa " << static_cast<int>(isa);
       }
     }
+  }
+}
+
+// index_dots_fp4: the AVX2 path gives the scalar reference's bits on any codes and scales
+// (random bytes, null keys); on rows quantized from ordinary values both equal the sequential
+// f64 chain over the decoded values (index_dots_keys), the form they replace.
+TEST(V41Ops, IndexDotsFp4MatchReferenceAndTheF64Chain) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  for (int64_t d : {64, 128, 96}) {
+  for (int64_t nh : {4, 8, 64, 3}) {
+    for (int pass = 0; pass < 2; ++pass) {  // 0: quantized values, 1: random bytes
+      const int64_t nk = 37;
+      std::vector<float> q(nh * d);
+      for (auto& v : q) v = nd(rng) * (1.0f + static_cast<float>(rng() % 4));
+      for (int64_t h = 0; h < nh; ++h) quant::fp4_ue8m0_qdq(&q[h * d], static_cast<int>(d), 32);
+      IndexQueryFp4 iq;
+      iq.set(q.data(), nh, d);
+      const int64_t rb = d / 2 + d / 32;
+      std::vector<uint8_t> rows(nk * rb);
+      std::vector<float> kf(nk * d);
+      for (int64_t r = 0; r < nk; ++r) {
+        uint8_t* row = &rows[r * rb];
+        if (pass == 0) {
+          for (int64_t j = 0; j < d; ++j) kf[r * d + j] = nd(rng) * 3.0f;
+          quant::fp4_ue8m0_quantize(&kf[r * d], static_cast<int>(d), 32, row, row + d / 2);
+        } else {
+          for (int64_t j = 0; j < d / 2; ++j) row[j] = static_cast<uint8_t>(rng());
+          for (int64_t j = d / 2; j < rb; ++j) row[j] = static_cast<uint8_t>(rng() % 255);
+          if (pass == 1 && nh == 64) iq.scales[rng() % iq.scales.size()] = 0;  // a 2^-127 block
+        }
+        quant::fp4_ue8m0_dequantize(row, row + d / 2, static_cast<int>(d), 32, &kf[r * d]);
+      }
+      std::vector<const uint8_t*> kp(nk);
+      std::vector<const float*> kfp(nk);
+      for (int64_t r = 0; r < nk; ++r) {
+        kp[r] = r % 11 == 5 ? nullptr : &rows[r * rb];
+        kfp[r] = kp[r] ? &kf[r * d] : nullptr;
+      }
+      std::vector<double> want(nk * nh), got(nk * nh, 7.0), chain(nk * nh);
+      ref::index_dots_fp4(iq, kp.data(), nk, want.data());
+      const kernels::Isa old = kernels::active_isa();
+      for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+        kernels::force_isa(isa);
+        index_dots_fp4(iq, kp.data(), nk, got.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(double)), 0)
+            << "d " << d << " heads " << nh << " pass " << pass << " isa " << static_cast<int>(isa);
+      }
+      kernels::force_isa(old);
+      if (pass == 0) {
+        std::vector<double> qT(d * nh);
+        for (int64_t j = 0; j < d; ++j)
+          for (int64_t h = 0; h < nh; ++h) qT[j * nh + h] = q[h * d + j];
+        index_dots_keys(qT.data(), kfp.data(), nk, d, nh, chain.data());
+        EXPECT_EQ(std::memcmp(chain.data(), want.data(), want.size() * sizeof(double)), 0)
+            << "heads " << nh;
+        int nonzero = 0;
+        for (double v : want) nonzero += v != 0.0;
+        EXPECT_GT(nonzero, nk * nh / 2);
+      }
+    }
+  }
   }
 }
 

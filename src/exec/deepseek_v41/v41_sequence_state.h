@@ -76,6 +76,7 @@ class V41SequenceState : public SequenceCallState {
   // Writes of rows inside the shared prefix (bounded replay) are skipped: they are exact.
   using SequenceCallState::read_compressed_rows;
   using SequenceCallState::read_index_keys;
+  using SequenceCallState::index_key_codes;
   void write_compressed_row(int owner, int64_t g, const float* x);
   void write_index_key(int owner, int64_t g, const float* x);
   // Compressor partial group of `layer`: kv, score [ratio * head_dim] f32 each.
