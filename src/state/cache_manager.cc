@@ -707,26 +707,20 @@ void CacheManager::read_row(CacheSeqId seq, OwnerId owner, int64_t row, float* o
 
 void CacheManager::read_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n,
                              float* out) const {
-  if (n <= 0) return;
-  // One sequence / owner lookup for the run (STRATA_ROW_LOC checks the first row), then the
-  // same block-table arithmetic per row, with the table bound checked for each.
-  STRATA_ROW_LOC(seq, owner, row0, first);
-  (void)first;
   const StateSpec& spec = graph_.owner(owner).spec;
-  const int64_t rpb = pool_.rows_per_block();
-  const bool paged = I_.paged[owner];
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = row0 + i;
-    const int64_t blk = paged ? row / rpb : 0;
-    STRATA_CHECK_MSG(blk < static_cast<int64_t>(tab_.size()), "seq {} owner {}: row {} not allocated",
-                     seq, owner, row);
-    decode_state_row(spec, pool_.row(tab_[blk], row % rpb), out + i * spec.row_elems);
+  const uint8_t* rows[64];
+  for (int64_t i0 = 0; i0 < n; i0 += 64) {
+    const int64_t m = std::min<int64_t>(64, n - i0);
+    raw_rows(seq, owner, row0 + i0, m, rows);
+    for (int64_t i = 0; i < m; ++i) decode_state_row(spec, rows[i], out + (i0 + i) * spec.row_elems);
   }
 }
 
 void CacheManager::raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t n,
                             const uint8_t** out) const {
   if (n <= 0) return;
+  // One sequence / owner lookup for the run (STRATA_ROW_LOC checks the first row), then the
+  // same block-table arithmetic per row, with the table bound checked for each.
   STRATA_ROW_LOC(seq, owner, row0, first);
   (void)first;
   const int64_t rpb = pool_.rows_per_block();
