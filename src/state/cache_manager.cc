@@ -723,14 +723,18 @@ void CacheManager::raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t
   // same block-table arithmetic per row, with the table bound checked for each.
   STRATA_ROW_LOC(seq, owner, row0, first);
   (void)first;
-  const int64_t rpb = pool_.rows_per_block();
+  const int64_t rpb = pool_.rows_per_block(), rb = pool_.row_bytes();
   const bool paged = I_.paged[owner];
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n;) {
     const int64_t row = row0 + i;
     const int64_t blk = paged ? row / rpb : 0;
     STRATA_CHECK_MSG(blk < static_cast<int64_t>(tab_.size()), "seq {} owner {}: row {} not allocated",
                      seq, owner, row);
-    out[i] = pool_.row(tab_[blk], row % rpb);
+    // The rest of this block's rows in one run (a ring wraps at the block's end).
+    const uint8_t* base = pool_.row(tab_[blk], 0);
+    const int64_t r0 = row % rpb, m = std::min(n - i, rpb - r0);
+    for (int64_t j = 0; j < m; ++j) out[i + j] = base + (r0 + j) * rb;
+    i += m;
   }
 }
 

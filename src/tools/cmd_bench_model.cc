@@ -24,6 +24,7 @@
 #include "kernels/membw.h"
 #include "model/llama2c_format.h"
 #include "model/tokenizer.h"
+#include "tools/bench_context_sweep.h"
 #include "tools/bench_spec.h"
 #include "tools/command_registry.h"
 #include "tools/rank_flags.h"
@@ -43,6 +44,7 @@ struct BenchModelCli {
   std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
   bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
+  std::vector<int64_t> context_sweep;  // TPOT per prompt length instead of the single run
 };
 
 using Clock = std::chrono::steady_clock;
@@ -97,6 +99,33 @@ int run_bench_model(BenchModelCli& o) {
     fmt::print(stderr, "strata bench model: prompt + decode tokens ({}) exceed the context ({})\n",
                o.prompt_tokens + o.decode_tokens, info.max_context);
     return 2;
+  }
+
+  if (!o.context_sweep.empty()) {
+    StatusOr<std::vector<ContextSweepRow>> rows =
+        bench_context_sweep(runner, o.context_sweep, o.decode_tokens, o.repeats);
+    if (!rows.ok()) {
+      fmt::print(stderr, "strata bench model: {}\n", rows.status().message());
+      return rows.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    if (o.json) {
+      nlohmann::json j = {{"model", o.model}, {"threads", threads}, {"decode_tokens", o.decode_tokens},
+                          {"context_sweep", nlohmann::json::array()}};
+      for (const ContextSweepRow& r : *rows)
+        j["context_sweep"].push_back({{"context", r.context}, {"tpot_ms", r.tpot_ms},
+                                      {"tpot_ratio", r.tpot_ms / rows->front().tpot_ms},
+                                      {"prefill_tok_s", r.prefill_tok_s}});
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("model          {} ({})\nthreads        {}\n", o.model, info.architecture, threads);
+    fmt::print("context sweep  TPOT over {} decode tokens after each prompt, median of {}\n",
+               o.decode_tokens, o.repeats);
+    fmt::print("  {:>8}  {:>10}  {:>9}  {:>14}\n", "context", "TPOT ms", "x first", "prefill tok/s");
+    for (const ContextSweepRow& r : *rows)
+      fmt::print("  {:>8}  {:>10.3f}  {:>9.2f}  {:>14.1f}\n", r.context, r.tpot_ms,
+                 r.tpot_ms / rows->front().tpot_ms, r.prefill_tok_s);
+    return 0;
   }
 
   std::vector<int32_t> file_prompt;
@@ -344,6 +373,10 @@ void setup_bench_model(CLI::App& app) {
                     "and report the speed ratio and acceptance");
     cmd->add_option("--prompt-file", o->prompt_file,
                     "Prompt text (tokenized; cut to --prompt-tokens) instead of random ids");
+    cmd->add_option("--context-sweep", o->context_sweep,
+                    "Comma-separated prompt lengths (e.g. 256,1024,4096,16384): decode TPOT after "
+                    "each, and its ratio to the first, instead of the single run")
+        ->delimiter(',');
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
