@@ -242,8 +242,9 @@ void matches_colocated(const std::string& model, const std::string& spec_on_deco
   EXPECT_EQ(metric(p2->port(), "strata:kv_transfer_leases_active"), 0);
   EXPECT_EQ(metric(d->port(), "strata:kv_transfer_imports_total"), n);
   EXPECT_EQ(metric(d->port(), "strata:num_requests_running"), 0);
-  if (!spec_on_decode.empty())
+  if (!spec_on_decode.empty()) {
     EXPECT_GT(metric(d->port(), "strata:spec_decode_num_drafts"), 0) << "no verify on the decode side";
+  }
 }
 
 TEST(PdDisagg, MatchesColocatedLlama) { matches_colocated("stories260K"); }

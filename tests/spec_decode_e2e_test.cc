@@ -260,7 +260,9 @@ TEST_P(SpecDecodeDrafter, ConfidenceThresholdKeepsOutputs) {
     const Out s = run(dc.model, c, 2, greedy_params(20));
     EXPECT_EQ(s.tokens, plain.tokens) << "tau " << tau;
     const int64_t n = s.stats.spec_decode_num_draft_tokens;
-    if (prev >= 0) EXPECT_LE(n, prev) << "tau " << tau;
+    if (prev >= 0) {
+      EXPECT_LE(n, prev) << "tau " << tau;
+    }
     prev = n;
     verified.push_back(n);
   }
