@@ -102,6 +102,37 @@ TEST(BenchModelCli, RejectsAContextOverflow) {
   EXPECT_NE(out.find("exceed the context"), std::string::npos) << out;
 }
 
+// --context-sweep: one row per length, in order, the first at ratio 1; the bytes a decode
+// token reads grow with the context (compressed rows, index keys) and the floor is those
+// bytes at the reported bandwidth. A length past the context is a usage error.
+TEST(BenchModelCli, ContextSweepReportsEveryLengthAndItsFloor) {
+  const auto j = bench_json("--context-sweep 8,64,200 --decode-tokens 4 --repeats 1 --threads 1");
+  ASSERT_FALSE(j.is_null());
+  const auto& rows = j["context_sweep"];
+  ASSERT_EQ(rows.size(), 3u) << j.dump();
+  const double bw = j["read_bandwidth_gb_s"].get<double>() * 1e9;
+  ASSERT_GT(bw, 0);
+  const int64_t want[3] = {8, 64, 200};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& r = rows[i];
+    EXPECT_EQ(r["context"].get<int64_t>(), want[i]);
+    EXPECT_GT(r["tpot_ms"].get<double>(), 0);
+    EXPECT_NEAR(r["tpot_ratio"].get<double>(),
+                r["tpot_ms"].get<double>() / rows[0]["tpot_ms"].get<double>(), 1e-9);
+    EXPECT_NEAR(r["bandwidth_floor_ms"].get<double>(),
+                1e3 * r["bytes_per_token"].get<double>() / bw, 1e-9);
+  }
+  EXPECT_DOUBLE_EQ(rows[0]["tpot_ratio"].get<double>(), 1.0);
+  EXPECT_GT(rows[2]["bytes_per_token"].get<int64_t>(), rows[0]["bytes_per_token"].get<int64_t>());
+  std::string out;
+  EXPECT_EQ(run_strata("bench model --model " + v41_dir() +
+                           " --context-sweep 8,100000 --decode-tokens 4 --bandwidth-mib 8",
+                       &out, true),
+            2)
+      << out;
+  EXPECT_NE(out.find("--context-sweep length 100000"), std::string::npos) << out;
+}
+
 // A count of 0 is a usage error with a message that names the option and the rule.
 TEST(BenchModelCli, RejectsZeroRepeatsClearly) {
   std::string out;

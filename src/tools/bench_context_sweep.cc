@@ -61,7 +61,8 @@ StatusOr<std::vector<ContextSweepRow>> bench_context_sweep(ModelRunner& runner,
       tpot.push_back(1e3 * std::chrono::duration<double>(t2 - t1).count() /
                      static_cast<double>(decode_tokens));
     }
-    out.push_back({len, median(tpot), median(prefill)});
+    out.push_back({len, median(tpot), median(prefill),
+                   runner.decode_bytes_read(len + decode_tokens / 2)});
   }
   return out;
 }

@@ -15,6 +15,7 @@ struct ContextSweepRow {
   int64_t context = 0;     // prompt tokens before the decode
   double tpot_ms = 0;      // median over repeats of (decode wall time / decode tokens)
   double prefill_tok_s = 0;  // median prefill speed of that prompt
+  int64_t bytes_per_token = 0;  // ModelRunner::decode_bytes_read at the mean decode length
 };
 
 // For each length (ascending as given): `repeats` times, a fresh sequence prefills that many

@@ -108,23 +108,36 @@ int run_bench_model(BenchModelCli& o) {
       fmt::print(stderr, "strata bench model: {}\n", rows.status().message());
       return rows.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
+    // The bandwidth floor per length: the bytes a decode token reads there (weights + state)
+    // at the streaming read bandwidth measured now with the same threads.
+    ThreadPool sweep_bw_pool(threads);
+    const double bw = kernels::measure_read_bandwidth(sweep_bw_pool, size_t(o.bw_mib) << 20);  // B/s
+    auto floor_ms = [&](const ContextSweepRow& r) {
+      return bw > 0 ? 1e3 * static_cast<double>(r.bytes_per_token) / bw : 0.0;
+    };
     if (o.json) {
       nlohmann::json j = {{"model", o.model}, {"threads", threads}, {"decode_tokens", o.decode_tokens},
-                          {"context_sweep", nlohmann::json::array()}};
+                          {"read_bandwidth_gb_s", bw / 1e9}, {"context_sweep", nlohmann::json::array()}};
       for (const ContextSweepRow& r : *rows)
         j["context_sweep"].push_back({{"context", r.context}, {"tpot_ms", r.tpot_ms},
                                       {"tpot_ratio", r.tpot_ms / rows->front().tpot_ms},
-                                      {"prefill_tok_s", r.prefill_tok_s}});
+                                      {"prefill_tok_s", r.prefill_tok_s},
+                                      {"bytes_per_token", r.bytes_per_token},
+                                      {"bandwidth_floor_ms", floor_ms(r)}});
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
     fmt::print("model          {} ({})\nthreads        {}\n", o.model, info.architecture, threads);
-    fmt::print("context sweep  TPOT over {} decode tokens after each prompt, median of {}\n",
-               o.decode_tokens, o.repeats);
-    fmt::print("  {:>8}  {:>10}  {:>9}  {:>14}\n", "context", "TPOT ms", "x first", "prefill tok/s");
+    fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB)\n", bw / 1e9, o.bw_mib);
+    fmt::print("context sweep  TPOT over {} decode tokens after each prompt, median of {}; floor = "
+               "bytes read per decode token / read bandwidth\n", o.decode_tokens, o.repeats);
+    fmt::print("  {:>8}  {:>10}  {:>9}  {:>14}  {:>10}  {:>9}  {:>9}\n", "context", "TPOT ms",
+               "x first", "prefill tok/s", "MB/token", "floor ms", "x floor");
     for (const ContextSweepRow& r : *rows)
-      fmt::print("  {:>8}  {:>10.3f}  {:>9.2f}  {:>14.1f}\n", r.context, r.tpot_ms,
-                 r.tpot_ms / rows->front().tpot_ms, r.prefill_tok_s);
+      fmt::print("  {:>8}  {:>10.3f}  {:>9.2f}  {:>14.1f}  {:>10.2f}  {:>9.3f}  {:>9.1f}\n",
+                 r.context, r.tpot_ms, r.tpot_ms / rows->front().tpot_ms, r.prefill_tok_s,
+                 r.bytes_per_token / 1e6, floor_ms(r),
+                 floor_ms(r) > 0 ? r.tpot_ms / floor_ms(r) : 0.0);
     return 0;
   }
 
