@@ -182,6 +182,20 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   for (int64_t i = 0; i < S * D; ++i) out[i] = round_to_bf16(y[i] + eo[i]);
 }
 
+void DeepseekV4Model::ffn_sublayer(int L, Call& c, float* h, float* f) const {
+  const DeepseekConfig& cf = config_;
+  const V4BlockWeights& bw = weights_->layer(L);
+  const int64_t S = c.S, D = cf.dim;
+  const int hc = cf.hc_mult;
+  std::vector<float> pre(S * hc), post(S * hc), comb(S * hc * hc), x(S * D), xn(S * D);
+  v4::hc_mixes(h, S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps, c.vrows,
+               pre.data(), post.data(), comb.data(), pool_.get());
+  v4::hc_pre(h, pre.data(), S, hc, D, x.data());
+  v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
+  moe(L, xn.data(), c, f);
+  v4::hc_post(f, post.data(), comb.data(), S, hc, D, h);
+}
+
 Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> tokens,
                                 const V4ForwardOptions& opt, std::vector<float>* logits) const {
   const DeepseekConfig& cf = config_;
@@ -229,13 +243,8 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     dump(ln + "attn_out", f.data(), {S, D});
     v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
 
-    v4::hc_mixes(h.data(), S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
-    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
-    v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
-    moe(L, xn.data(), c, f.data());
+    ffn_sublayer(L, c, h.data(), f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
-    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
     dump(ln + "block_out", h.data(), {S, hc, D});
   }
   write_mtp_rows(c, h.data());

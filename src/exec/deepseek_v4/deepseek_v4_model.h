@@ -145,9 +145,15 @@ class DeepseekV4Model {
   // its attention input: post [n, hc], comb [n, hc, hc], xn = attn_norm(hc_pre(x)) [n, dim].
   void mtp_attn_in(const int32_t* toks, const float* hidden, int64_t n, float* x, float* post,
                    float* comb, float* xn) const;
+  // The MTP block's logits [S, vocab] from its output streams h [S, hc, dim]: its own hc_head
+  // and norm, then the shared vocabulary projection.
+  void mtp_head(const float* h, int64_t S, const v41::CallRows& vrows, float* logits) const;
   // After the backbone of a call: the MTP ring rows it completes and the carry (h [S, hc, dim]).
   void write_mtp_rows(Call& c, const float* h) const;
   void moe(int layer, const float* x, Call& c, float* out) const;
+  // Block.forward's second half on the hc streams h [S, hc, dim] (updated in place): mHC pre
+  // from the ffn mixes, ffn_norm, MoE (its output into f [S, dim]), mHC post.
+  void ffn_sublayer(int layer, Call& c, float* h, float* f) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
               bool clamp, float* out) const;
   // Feeds S tokens' x [S, D] to a compressor; appends the rows it emits to st.rows.

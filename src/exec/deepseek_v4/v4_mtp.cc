@@ -82,6 +82,19 @@ void DeepseekV4Model::write_mtp_rows(Call& c, const float* h) const {
   c.seq->write_mtp_carry(last.data());
 }
 
+void DeepseekV4Model::mtp_head(const float* h, int64_t S, const v41::CallRows& vrows,
+                               float* logits) const {
+  const DeepseekConfig& cf = config_;
+  const V4BlockWeights& bw = weights_->layer(cf.n_layers);
+  const int64_t D = cf.dim;
+  std::vector<float> y(S * D), yn(S * D);
+  v4::hc_head(h, S, cf.hc_mult, D, bw.hc_head_fn.f32(), bw.hc_head_base.f32(),
+              bw.hc_head_scale.f32(), cf.norm_eps, cf.hc_eps, vrows, y.data());
+  v41::rms_norm(y.data(), S, D, &bw.norm, cf.norm_eps, yn.data());
+  v4::linear_f32(yn.data(), S, weights_->head(), cf.vocab_size, D, logits,
+                 weights_->head_packed(), pool_.get());
+}
+
 Status DeepseekV4Model::mtp_draft(const V4SequenceState& seq, int32_t token, int k,
                                   std::vector<int32_t>* ids, std::vector<float>* logits) const {
   const DeepseekConfig& cf = config_;
@@ -113,8 +126,8 @@ Status DeepseekV4Model::mtp_draft(const V4SequenceState& seq, int32_t token, int
   Call c;
   c.S = 1;
   c.vrows = one;
-  std::vector<float> x(HD), pre(hc), post(hc), comb(hc * hc), xa(D), xn(D), qr(cf.q_lora_rank),
-      q(H * hd), kv(hd), o(H * hd), f(D), lg(V);
+  std::vector<float> x(HD), post(hc), comb(hc * hc), xn(D), qr(cf.q_lora_rank), q(H * hd),
+      kv(hd), o(H * hd), f(D), lg(V);
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const float* sink = bw.attn.attn_sink.f32();
   std::vector<const float*> rows;
@@ -137,21 +150,10 @@ Status DeepseekV4Model::mtp_draft(const V4SequenceState& seq, int32_t token, int
     }
     attention_output(L, o.data(), 1, f.data());
     v4::hc_post(f.data(), post.data(), comb.data(), 1, hc, D, x.data());
-    // MoE sublayer.
-    v4::hc_mixes(x.data(), 1, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps, one,
-                 pre.data(), post.data(), comb.data(), pool_.get());
-    v4::hc_pre(x.data(), pre.data(), 1, hc, D, xa.data());
-    v41::rms_norm(xa.data(), 1, D, &bw.ffn_norm, cf.norm_eps, xn.data());
     c.s0 = p;
     c.tokens = std::span<const int32_t>(&tok, 1);
-    moe(L, xn.data(), c, f.data());
-    v4::hc_post(f.data(), post.data(), comb.data(), 1, hc, D, x.data());
-    // Head: the block's own hc_head and norm, the shared vocabulary projection.
-    v4::hc_head(x.data(), 1, hc, D, bw.hc_head_fn.f32(), bw.hc_head_base.f32(),
-                bw.hc_head_scale.f32(), cf.norm_eps, cf.hc_eps, one, xa.data());
-    v41::rms_norm(xa.data(), 1, D, &bw.norm, cf.norm_eps, xn.data());
-    v4::linear_f32(xn.data(), 1, weights_->head(), V, D, lg.data(), weights_->head_packed(),
-                   pool_.get());
+    ffn_sublayer(L, c, x.data(), f.data());
+    mtp_head(x.data(), 1, one, lg.data());
     tok = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());  // first max
     ids->push_back(tok);
     if (logits) logits->insert(logits->end(), lg.begin(), lg.end());
@@ -170,26 +172,15 @@ Status DeepseekV4Model::mtp_forward(V4SequenceState* scratch, std::span<const in
   STRATA_RETURN_IF_ERROR(c.begin(scratch, tokens, cf.vocab_size, max_context_,
                                  CallShape::kCanonical, nullptr, cf.n_layers, 0));
   c.tokens = tokens;
-  const V4BlockWeights& bw = weights_->layer(L);
-  const int64_t S = c.S, D = cf.dim, V = cf.vocab_size;
+  const int64_t S = c.S, D = cf.dim;
   const int hc = cf.hc_mult;
-  std::vector<float> x(S * hc * D), pre(S * hc), post(S * hc), comb(S * hc * hc), xa(S * D),
-      xn(S * D), f(S * D);
+  std::vector<float> x(S * hc * D), post(S * hc), comb(S * hc * hc), xn(S * D), f(S * D);
   mtp_attn_in(tokens.data(), hidden, S, x.data(), post.data(), comb.data(), xn.data());
   attention(L, xn.data(), c, f.data());
   v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, x.data());
-  v4::hc_mixes(x.data(), S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-               c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
-  v4::hc_pre(x.data(), pre.data(), S, hc, D, xa.data());
-  v41::rms_norm(xa.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
-  moe(L, xn.data(), c, f.data());
-  v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, x.data());
-  v4::hc_head(x.data(), S, hc, D, bw.hc_head_fn.f32(), bw.hc_head_base.f32(),
-              bw.hc_head_scale.f32(), cf.norm_eps, cf.hc_eps, c.vrows, xa.data());
-  v41::rms_norm(xa.data(), S, D, &bw.norm, cf.norm_eps, xn.data());
-  logits->resize(S * V);
-  v4::linear_f32(xn.data(), S, weights_->head(), V, D, logits->data(), weights_->head_packed(),
-                 pool_.get());
+  ffn_sublayer(L, c, x.data(), f.data());
+  logits->resize(S * cf.vocab_size);
+  mtp_head(x.data(), S, c.vrows, logits->data());
   *streams = std::move(x);
   scratch->end_call(S);
   return ok_status();
