@@ -150,5 +150,50 @@ TEST_F(V4Mtp, ErrorsAreClear) {
   EXPECT_EQ(model_->mtp_draft(*legacy, 5, 1, &d).code(), StatusCode::kFailedPrecondition);
 }
 
+// Through the runner: after a prefix hit (the MTP ring rows and carry restored from the
+// boundary snapshot) the drafts and their confidences equal those of a cold runner fed the
+// same ids, for prompts around one and two cache units (+-1).
+TEST(V4MtpRunner, DraftsAfterAPrefixHitEqualCold) {
+  auto warm = testing::fresh_runner("deepseek-v4flash-tiny", 0, 1);
+  ASSERT_TRUE(warm);
+  const int64_t unit = warm->prefix_alignment();
+  ASSERT_GT(unit, 1);
+  int64_t seq = 1, hits = 0;
+  auto feed = [&](ModelRunner& r, const std::vector<int32_t>& ids, int64_t* hit) {
+    const SeqId id{seq++};
+    EXPECT_TRUE(r.add_sequence(id).ok());
+    *hit = r.attach_cached_prefix(id, ids);
+    std::vector<float> logits;
+    const std::span<const int32_t> rest(ids.data() + *hit, ids.size() - *hit);
+    StepItem item{id, rest, true, static_cast<int64_t>(ids.size())};
+    EXPECT_TRUE(r.step(std::span<const StepItem>(&item, 1), &logits).ok());
+    return id;
+  };
+  const std::vector<int32_t> base = prompt(2 * unit + 8);
+  int64_t hit = 0;
+  // Publish: the whole base once on the warm runner (its units stay cached).
+  warm->release_sequence(feed(*warm, base, &hit));
+  // Lengths in an order where no sequence follows one of the length it restores to (a freed
+  // block reused at once could otherwise hold the very rows a restore must bring back).
+  for (int64_t n : {2 * unit + 1, unit - 1, unit + 1, 2 * unit, unit, 2 * unit - 1}) {
+    const std::vector<int32_t> ids(base.begin(), base.begin() + n);
+    const SeqId a = feed(*warm, ids, &hit);
+    hits += hit;
+    auto cold = testing::fresh_runner("deepseek-v4flash-tiny", 0, 1);
+    ASSERT_TRUE(cold);
+    int64_t cold_hit = 0;
+    const SeqId b = feed(*cold, ids, &cold_hit);
+    EXPECT_EQ(cold_hit, 0);
+    std::vector<float> ca, cb;
+    auto da = warm->draft_tokens(a, 77, 7, &ca);
+    auto db = cold->draft_tokens(b, 77, 7, &cb);
+    ASSERT_TRUE(da.ok() && db.ok()) << da.status().to_string() << db.status().to_string();
+    EXPECT_EQ(*da, *db) << "n " << n << " hit " << hit;
+    EXPECT_EQ(ca, cb) << "n " << n << " hit " << hit;
+    warm->release_sequence(a);
+  }
+  EXPECT_GT(hits, 0) << "no prefix hit was exercised";
+}
+
 }  // namespace
 }  // namespace strata
