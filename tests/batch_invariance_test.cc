@@ -147,6 +147,7 @@ void check_model(const std::string& name) {
 
 TEST(BatchInvarianceTest, Stories260K) { check_model("stories260K"); }
 TEST(BatchInvarianceTest, DeepSeekV41Tiny) { check_model("deepseek-v41-tiny"); }
+TEST(BatchInvarianceTest, DeepSeekV4FlashTiny) { check_model("deepseek-v4flash-tiny"); }
 
 }  // namespace
 }  // namespace strata

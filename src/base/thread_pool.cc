@@ -246,4 +246,14 @@ void ThreadPool::set_default_threads(int num_threads) {
   g_default_pool = std::make_unique<ThreadPool>(num_threads);
 }
 
+void parallel_rows(ThreadPool* pool, int64_t n, int64_t min_grain,
+                   const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (pool == nullptr || pool->num_threads() < 2 || n < 2 * std::max<int64_t>(1, min_grain)) {
+    fn(0, n);
+    return;
+  }
+  pool->parallel_for(n, fn, min_grain);
+}
+
 }  // namespace strata

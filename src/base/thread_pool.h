@@ -104,4 +104,11 @@ class ThreadPool {
   bool async_waiter_sleeping_ = false;  // under mu_
 };
 
+// Row-wise work over [0, n): fn(begin, end) on disjoint ranges over `pool` when it has more
+// than one thread and n >= 2 * min_grain, otherwise fn(0, n) inline. For loops whose rows
+// (tokens, heads) are independent and write disjoint outputs, so the split cannot change a
+// bit. Same thread-safety rules as ThreadPool::parallel_for.
+void parallel_rows(ThreadPool* pool, int64_t n, int64_t min_grain,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace strata

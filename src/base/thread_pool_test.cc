@@ -39,6 +39,25 @@ TEST(ThreadPoolTest, RespectsMinGrainAndRepeatedCalls) {
   EXPECT_EQ(sum, 200 * (63 * 64 / 2));
 }
 
+// parallel_rows: every row once; inline (one call of the whole range) without a pool, with a
+// one-thread pool, or below two grains; split over a pool of several threads otherwise.
+TEST(ThreadPoolTest, ParallelRowsCoversOnceAndRunsSmallWorkInline) {
+  ThreadPool one(1), two(2);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &one, &two}) {
+    for (int64_t n : {0, 1, 7, 8, 100}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> calls{0};
+      parallel_rows(pool, n, 4, [&](int64_t b, int64_t e) {
+        calls++;
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+      const bool split = pool == &two && n >= 8;
+      EXPECT_EQ(calls.load(), n == 0 ? 0 : (split ? 2 : 1)) << "n=" << n;
+    }
+  }
+}
+
 // parallel_for_stealing: every unit runs exactly once, in calls of 1..max_run units, for
 // equal and given home ranges; a thread with an empty home range takes units from the back
 // of the others' (counted in `stolen`); nested calls run inline.

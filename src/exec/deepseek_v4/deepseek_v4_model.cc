@@ -79,9 +79,11 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
   v4::linear(x, M, w.w1, g.data(), pool_.get());
   v4::linear(x, M, w.w3, u.data(), pool_.get());
   const float lim = static_cast<float>(config_.swiglu_limit);
-  for (int64_t r = 0; r < M; ++r)
-    v41::swiglu_bf16(&g[r * I], &u[r * I], I, lim, clamp && lim > 0,
-                     route_w ? &route_w[r] : nullptr, &g[r * I]);
+  parallel_rows(pool_.get(), M, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      v41::swiglu_bf16(&g[r * I], &u[r * I], I, lim, clamp && lim > 0,
+                       route_w ? &route_w[r] : nullptr, &g[r * I]);
+  });
   v4::linear(g.data(), M, w.w2, out, pool_.get());
 }
 
@@ -93,46 +95,49 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   const std::vector<float> logit = moe_gate_logits(config_, L, mw, x, S, pool_.get());
   std::vector<std::vector<int32_t>> sel(S);
   std::vector<std::vector<float>> wts(S);
-  std::vector<float> sc(E), biased(E);
-  for (int64_t i = 0; i < S; ++i) {
-    for (int64_t e = 0; e < E; ++e) {
-      const float l = logit[i * E + e];
-      float s;
-      if (config_.score_func == "softmax") {
-        s = l;
-      } else if (config_.score_func == "sigmoid") {
-        s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
-      } else {
-        s = std::sqrt(v4::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
+  // Tokens route independently (each writes its own sel/wts): split over the pool.
+  parallel_rows(pool_.get(), S, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<float> sc(E), biased(E);
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t e = 0; e < E; ++e) {
+        const float l = logit[i * E + e];
+        float s;
+        if (config_.score_func == "softmax") {
+          s = l;
+        } else if (config_.score_func == "sigmoid") {
+          s = 1.0f / (1.0f + v41::sleef_expf(0.0f - l));
+        } else {
+          s = std::sqrt(v4::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
+        }
+        sc[e] = s;
       }
-      sc[e] = s;
+      if (config_.score_func == "softmax") {
+        const float mx = *std::max_element(sc.begin(), sc.end());
+        float sum = 0;
+        for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
+        for (auto& v : sc) v = v / sum;
+      }
+      std::vector<int32_t> idx;
+      if (mw.hash) {
+        const int32_t tok = c.tokens[i];
+        idx.assign(mw.tid2eid.begin() + static_cast<int64_t>(tok) * k,
+                   mw.tid2eid.begin() + static_cast<int64_t>(tok + 1) * k);
+      } else {
+        const float* bias = mw.gate_bias.f32();
+        for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
+        idx = v41::torch_topk(biased.data(), E, k, true);
+      }
+      std::vector<float> w(k);
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
+      if (config_.score_func != "softmax")
+        for (int j = 0; j < k; ++j) w[j] = w[j] / sum;
+      const float rs = static_cast<float>(config_.route_scale);
+      for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
+      sel[i] = std::move(idx);
+      wts[i] = std::move(w);
     }
-    if (config_.score_func == "softmax") {
-      const float mx = *std::max_element(sc.begin(), sc.end());
-      float sum = 0;
-      for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
-      for (auto& v : sc) v = v / sum;
-    }
-    std::vector<int32_t> idx;
-    if (mw.hash) {
-      const int32_t tok = c.tokens[i];
-      idx.assign(mw.tid2eid.begin() + static_cast<int64_t>(tok) * k,
-                 mw.tid2eid.begin() + static_cast<int64_t>(tok + 1) * k);
-    } else {
-      const float* bias = mw.gate_bias.f32();
-      for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
-      idx = v41::torch_topk(biased.data(), E, k, true);
-    }
-    std::vector<float> w(k);
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
-    if (config_.score_func != "softmax")
-      for (int j = 0; j < k; ++j) w[j] = w[j] / sum;
-    const float rs = static_cast<float>(config_.route_scale);
-    for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
-    sel[i] = std::move(idx);
-    wts[i] = std::move(w);
-  }
+  });
   if (c.routes) c.routes->moe[L] = sel;
 
   // One call per routed expert some token picked, ascending id; their output rows laid out
@@ -190,10 +195,10 @@ void DeepseekV4Model::ffn_sublayer(int L, Call& c, float* h, float* f) const {
   std::vector<float> pre(S * hc), post(S * hc), comb(S * hc * hc), x(S * D), xn(S * D);
   v4::hc_mixes(h, S, hc, D, bw.hc_ffn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps, c.vrows,
                pre.data(), post.data(), comb.data(), pool_.get());
-  v4::hc_pre(h, pre.data(), S, hc, D, x.data());
+  v4::hc_pre(h, pre.data(), S, hc, D, x.data(), pool_.get());
   v41::rms_norm(x.data(), S, D, &bw.ffn_norm, cf.norm_eps, xn.data());
   moe(L, xn.data(), c, f);
-  v4::hc_post(f, post.data(), comb.data(), S, hc, D, h);
+  v4::hc_post(f, post.data(), comb.data(), S, hc, D, h, pool_.get());
 }
 
 Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> tokens,
@@ -237,11 +242,11 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     const std::string ln = fmt::format("layer{:02d}.", L);
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
                  c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
-    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data());
+    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data(), pool_.get());
     v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
     attention(L, xn.data(), c, f.data());
     dump(ln + "attn_out", f.data(), {S, D});
-    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data());
+    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data(), pool_.get());
 
     ffn_sublayer(L, c, h.data(), f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
@@ -249,7 +254,8 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   }
   write_mtp_rows(c, h.data());
   v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),
-              weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vrows, x.data());
+              weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vrows, x.data(),
+              pool_.get());
   v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
   dump("final_norm_out", xn.data(), {S, D});
   const int64_t V = cf.vocab_size;

@@ -111,14 +111,16 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const v41::RopeTable& rope = rope_[L];
   std::vector<float> q(S * ih * id);
   v4::linear(qr, S, iw.wq_b, q.data(), pool_.get());
-  for (int64_t i = 0; i < S; ++i) {
-    for (int64_t h = 0; h < ih; ++h) {
-      float* qh = &q[(i * ih + h) * id];
-      rope.apply(qh + id - rd, s0 + i, false);
-      v4::hadamard(qh, 1, id);
+  parallel_rows(pool_.get(), S, 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t h = 0; h < ih; ++h) {
+        float* qh = &q[(i * ih + h) * id];
+        rope.apply(qh + id - rd, s0 + i, false);
+        v4::hadamard(qh, 1, id);
+      }
+      v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
     }
-    v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
-  }
+  });
   // Indexer compressor: partial state and emitted keys go through the sequence state; the
   // scored keys are read back from it (serving format, == the QDQ'd values).
   V4CompressorState st;
@@ -144,35 +146,38 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const int64_t clen_call = c.vprefill ? c.vrows.n / m : (s0 + S) / m;
   STRATA_CHECK(nkeys >= (s0 + S) / m);
   lists->assign(S, {});
-  std::vector<float> score(clen_call);
   const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
                                     index_layers_.begin());
   if (c.routes) c.routes->index[slot].assign(S, {});
   // Per (key, head) the dot from the FP4 codes of query and key (v41::index_dots_fp4: exact
   // integer block sums, blocks added in f64), then relu / weight / sum over heads
   // (v41::index_weighted_scores).
-  v41::IndexQueryFp4 qf;
-  std::vector<double> dots;
-  for (int64_t i = 0; i < S; ++i) {
-    const int64_t p = s0 + i;
-    const int64_t vis = (p + 1) / m;
-    const int64_t clen = c.canonical ? vis : clen_call;
-    const int64_t k = std::min<int64_t>(config_.index_topk, clen);
-    qf.set(&q[i * ih * id], ih, id);
-    const int64_t nv = std::min(vis, clen);
-    dots.resize(std::max<int64_t>(1, nv) * ih);
-    if (nv > 0) {
-      v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
-      v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
+  // Queries are independent (each writes its own list): split over the pool.
+  parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
+    v41::IndexQueryFp4 qf;
+    std::vector<double> dots;
+    std::vector<float> score(clen_call);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p = s0 + i;
+      const int64_t vis = (p + 1) / m;
+      const int64_t clen = c.canonical ? vis : clen_call;
+      const int64_t k = std::min<int64_t>(config_.index_topk, clen);
+      qf.set(&q[i * ih * id], ih, id);
+      const int64_t nv = std::min(vis, clen);
+      dots.resize(std::max<int64_t>(1, nv) * ih);
+      if (nv > 0) {
+        v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
+        v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
+      }
+      for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;
+      std::vector<int32_t> sel = v41::torch_topk(score.data(), clen, k, true);
+      std::vector<int32_t>& list = (*lists)[i];
+      for (int32_t g : sel) {
+        list.push_back(g < vis ? g : -1);
+        if (c.routes && g < vis) c.routes->index[slot][i].push_back(g);
+      }
     }
-    for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;
-    std::vector<int32_t> sel = v41::torch_topk(score.data(), clen, k, true);
-    std::vector<int32_t>& list = (*lists)[i];
-    for (int32_t g : sel) {
-      list.push_back(g < vis ? g : -1);
-      if (c.routes && g < vis) c.routes->index[slot][i].push_back(g);
-    }
-  }
+  });
 }
 
 void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) const {
@@ -226,8 +231,8 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const float* sink = aw.attn_sink.f32();
   std::vector<float> o(S * H * hd);
-  std::vector<const float*> rows;
-  for (int64_t i = 0; i < S; ++i) {
+  // Query i's row list (window, then compressed rows; nullptr = the kernel's -1).
+  auto gather_rows = [&](int64_t i, std::vector<const float*>& rows) {
     const int64_t p = s0 + i;
     rows.clear();
     auto window_ptr = [&](int64_t pos) -> const float* {
@@ -256,20 +261,37 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
         for (int64_t g = 0; g < n; ++g) rows.push_back(g < vis ? comp_row(g) : nullptr);
       }
     }
-    // Heads are independent output rows: split over the pool (same bits at any split).
-    const int64_t nr = static_cast<int64_t>(rows.size());
-    auto heads = [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        float* oh = &o[(i * H + h) * hd];
-        v4::sparse_attn_head(&q[(i * H + h) * hd], rows.data(), nr, hd, sink[h], scale,
-                             c.vrows.tok(i) * H + h, c.vrows.n * H, oh);
-        rope.apply(oh + hd - rd, p, true);
+  };
+  // Heads [h0, h1) of query i: scores, softmax and PV (v4::sparse_attn_heads), then the
+  // output's rope dims de-rotated.
+  auto attend_heads = [&](int64_t i, const std::vector<const float*>& rows, int64_t h0,
+                          int64_t h1) {
+    v4::sparse_attn_heads(&q[(i * H + h0) * hd], rows.data(), static_cast<int64_t>(rows.size()),
+                          hd, h1 - h0, sink + h0, scale, c.vrows.tok(i) * H + h0,
+                          c.vrows.n * H, &o[(i * H + h0) * hd]);
+    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+  };
+  // Queries and heads are independent output rows: a call of several queries splits them over
+  // the pool, a single query its heads (same bits at any split).
+  const bool threads = pool_ && pool_->num_threads() > 1;
+  if (S > 1 && threads) {
+    pool_->parallel_for(S, [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<const float*> t_rows;
+      for (int64_t i = i0; i < i1; ++i) {
+        gather_rows(i, t_rows);
+        attend_heads(i, t_rows, 0, H);
       }
-    };
-    if (pool_ && pool_->num_threads() > 1 && H * nr * hd >= (int64_t{1} << 16)) {
-      pool_->parallel_for(H, heads);
-    } else {
-      heads(0, H);
+    });
+  } else {
+    std::vector<const float*> rows;
+    for (int64_t i = 0; i < S; ++i) {
+      gather_rows(i, rows);
+      const int64_t nr = static_cast<int64_t>(rows.size());
+      if (threads && H * nr * hd >= (int64_t{1} << 16)) {
+        pool_->parallel_for(H, [&](int64_t h0, int64_t h1) { attend_heads(i, rows, h0, h1); });
+      } else {
+        attend_heads(i, rows, 0, H);
+      }
     }
   }
 
@@ -289,10 +311,12 @@ void DeepseekV4Model::attention_queries(int L, const float* x, int64_t S, int64_
   v4::linear(x, S, aw.wq_a, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, ql, &aw.q_norm, config_.norm_eps, qr);
   v4::linear(qr, S, aw.wq_b, q, pool_.get());
-  for (int64_t i = 0; i < S; ++i)  // token i's heads: rows tok(i)*H.. of the reference's
-    v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, vrows.tok(i) * H, vrows.n * H);
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t h = 0; h < H; ++h) rope_[L].apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+  parallel_rows(pool_.get(), S, 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {  // token i's heads: rows tok(i)*H.. of the reference's
+      v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, vrows.tok(i) * H, vrows.n * H);
+      for (int64_t h = 0; h < H; ++h) rope_[L].apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+    }
+  });
 }
 
 void DeepseekV4Model::window_kv(int L, const float* x, int64_t S, int64_t s0, float* kv) const {
@@ -303,10 +327,12 @@ void DeepseekV4Model::window_kv(int L, const float* x, int64_t S, int64_t s0, fl
   std::vector<float> t(S * hd);
   v4::linear(x, S, aw.wkv, t.data(), pool_.get());
   v41::rms_norm(t.data(), S, hd, &aw.kv_norm, config_.norm_eps, kv);
-  for (int64_t i = 0; i < S; ++i) {
-    rope_[L].apply(&kv[i * hd + hd - rd], s0 + i, false);
-    v41::qdq_fp8(&kv[i * hd], hd - rd, config_.kv_fp8_block());
-  }
+  parallel_rows(pool_.get(), S, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      rope_[L].apply(&kv[i * hd + hd - rd], s0 + i, false);
+      v41::qdq_fp8(&kv[i * hd], hd - rd, config_.kv_fp8_block());
+    }
+  });
 }
 
 void DeepseekV4Model::attention_output(int L, const float* o, int64_t S, float* out) const {

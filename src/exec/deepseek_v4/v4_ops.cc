@@ -8,7 +8,12 @@
 #include <limits>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "base/check.h"
+#include "base/thread_pool.h"
+#include "exec/deepseek_v41/v41_simd.h"
+#include "kernels/cpu_features.h"
 #include "exec/deepseek_v41/v41_ops.h"
 #include "kernels/block_gemm.h"
 #include "kernels/seq_gemm.h"
@@ -17,6 +22,7 @@
 namespace strata::v4 {
 
 namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
 // V4: FP4 activation scales per 128 along K (model.py block_size), capped at K.
 int fp4_act_block(int64_t k) {
   int act_block = 128;
@@ -262,72 +268,154 @@ void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, 
   for (int64_t k = 0; k < d; ++k) out[k] = round_to_bf16(acc_o[k] / sum_exp);
 }
 
+void sparse_attn_heads(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+                       int64_t n_heads, const float* sinks, float scale, int64_t qh0, int64_t SH,
+                       float* out) {
+  const int64_t H = n_heads;
+  thread_local std::vector<float> qT, scores;
+  qT.resize(d * H);
+  for (int64_t j = 0; j < d; ++j)
+    for (int64_t h = 0; h < H; ++h) qT[j * H + h] = q[h * d + j];
+  scores.resize(H * n_rows);
+  v41::qk_scores_heads(qT.data(), rows, n_rows, d, H, scale, scores.data(), 0, n_rows);
+  // The shared kernel's steps are this one's when the running max is finite after the first
+  // block and no score is +inf (see the header).
+  bool same = n_rows > 0;
+  const int64_t nb0 = std::min<int64_t>(64, n_rows);
+  for (int64_t h = 0; h < H && same; ++h) {
+    const float* sc = &scores[h * n_rows];
+    bool first_ok = false;
+    for (int64_t t = 0; t < nb0; ++t) first_ok |= rows[t] != nullptr && sc[t] > -1e30f;
+    for (int64_t t = 0; t < n_rows && first_ok; ++t) first_ok = !(sc[t] == kInf);
+    same = first_ok;
+  }
+  if (same) {
+    v41::sparse_attn_heads(rows, n_rows, d, H, sinks, scores.data(), out, qh0, SH);
+    return;
+  }
+  for (int64_t h = 0; h < H; ++h)
+    sparse_attn_head(&q[h * d], rows, n_rows, d, sinks[h], scale, qh0 + h, SH, &out[h * d]);
+}
+
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
               double norm_eps, double hc_eps, v41::CallRows vrows, float* pre, float* post,
               float* comb, ThreadPool* pool) {
   const int64_t nmix = (2 + hc) * hc, hcD = hc * D;
-  std::vector<float> raw(S * nmix), sq;
+  std::vector<float> raw(S * nmix);
   linear_f32(h, S, w.fn, nmix, hcD, raw.data(), w.fn_packed.get(), pool);
-  for (int64_t i = 0; i < S; ++i) {
-    const float rs = token_rsqrt(h + i * hcD, hcD, norm_eps, sq);
-    float* mix = &raw[i * nmix];
-    for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
-    hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps), vrows.tok(i), vrows.n,
-                      pre + i * hc, post + i * hc, comb + i * hc * hc);
-  }
+  parallel_rows(pool, S, 4, [&](int64_t i0, int64_t i1) {
+    std::vector<float> sq;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float rs = token_rsqrt(h + i * hcD, hcD, norm_eps, sq);
+      float* mix = &raw[i * nmix];
+      for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
+      hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
+                        vrows.tok(i), vrows.n, pre + i * hc, post + i * hc, comb + i * hc * hc);
+    }
+  });
 }
 
-void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y) {
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0.0f;
-      for (int c = 0; c < hc; ++c) {
-        const float p = pre[i * hc + c] * h[(i * hc + c) * D + d];
-        acc = c == 0 ? p : acc + p;
+namespace {
+// The loops over d below run 16 lanes at a time on AVX-512 CPUs, each lane's operations in
+// the scalar loop's order (the first product, then rounded adds; the build has no FP
+// contraction), so both forms give the same bits (V4Ops.HcPrePostSameBitsAcrossIsa).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) int64_t hc_pre_avx512(const float* h, const float* pre,
+                                                         int hc, int64_t D, float* y) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(pre[0]), _mm512_loadu_ps(h + d));
+    for (int c = 1; c < hc; ++c)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(pre[c]), _mm512_loadu_ps(h + c * D + d)));
+    _mm512_storeu_ps(y + d, v41::bf16_round16(acc));
+  }
+  return d;
+}
+
+__attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f, float pj,
+                                                          const float* cb, const float* res,
+                                                          int hc, int j, int64_t D, float* out) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(cb[j]), _mm512_loadu_ps(res + d));
+    for (int i = 1; i < hc; ++i)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(cb[i * hc + j]),
+                                             _mm512_loadu_ps(res + i * D + d)));
+    const __m512 a = _mm512_mul_ps(_mm512_set1_ps(pj), _mm512_loadu_ps(f + d));
+    _mm512_storeu_ps(out + d, v41::bf16_round16(_mm512_add_ps(a, acc)));
+  }
+  return d;
+}
+#pragma GCC diagnostic pop
+}  // namespace
+
+void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
+            ThreadPool* pool) {
+  const bool v512 = kernels::avx512_active() && hc >= 1;
+  parallel_rows(pool, S, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* hi = h + i * hc * D;
+      const float* pi = pre + i * hc;
+      for (int64_t d = v512 ? hc_pre_avx512(hi, pi, hc, D, y + i * D) : 0; d < D; ++d) {
+        float acc = 0.0f;
+        for (int c = 0; c < hc; ++c) {
+          const float p = pi[c] * hi[c * D + d];
+          acc = c == 0 ? p : acc + p;
+        }
+        y[i * D + d] = round_to_bf16(acc);
       }
-      y[i * D + d] = round_to_bf16(acc);
     }
+  });
 }
 
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h) {
-  std::vector<float> res(hc * D);
-  for (int64_t s = 0; s < S; ++s) {
-    float* hs = h + s * hc * D;
-    std::copy_n(hs, hc * D, res.data());
-    const float* cb = comb + s * hc * hc;
-    for (int j = 0; j < hc; ++j)
-      for (int64_t d = 0; d < D; ++d) {
-        float acc = 0.0f;
-        for (int i = 0; i < hc; ++i) {
-          const float p = cb[i * hc + j] * res[i * D + d];
-          acc = i == 0 ? p : acc + p;
+             float* h, ThreadPool* pool) {
+  const bool v512 = kernels::avx512_active() && hc >= 1;
+  parallel_rows(pool, S, 8, [&](int64_t s0, int64_t s1) {
+    std::vector<float> res(hc * D);
+    for (int64_t s = s0; s < s1; ++s) {
+      float* hs = h + s * hc * D;
+      std::copy_n(hs, hc * D, res.data());
+      const float* cb = comb + s * hc * hc;
+      for (int j = 0; j < hc; ++j) {
+        const float pj = post[s * hc + j];
+        int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res.data(), hc, j, D, hs + j * D) : 0;
+        for (; d < D; ++d) {
+          float acc = 0.0f;
+          for (int i = 0; i < hc; ++i) {
+            const float p = cb[i * hc + j] * res[i * D + d];
+            acc = i == 0 ? p : acc + p;
+          }
+          const float a = pj * f[s * D + d];
+          hs[j * D + d] = round_to_bf16(a + acc);
         }
-        const float a = post[s * hc + j] * f[s * D + d];
-        hs[j * D + d] = round_to_bf16(a + acc);
       }
-  }
+    }
+  });
 }
 
 void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, const float* base,
              const float* scale, double norm_eps, double hc_eps, v41::CallRows vrows,
-             float* y) {
+             float* y, ThreadPool* pool) {
   const int64_t hcD = hc * D;
-  std::vector<float> mix(hc), pre(hc), sq;
-  for (int64_t i = 0; i < S; ++i) {
-    const float* x = h + i * hcD;
-    const float rs = token_rsqrt(x, hcD, norm_eps, sq);
-    for (int c = 0; c < hc; ++c) {
-      float acc = 0.0f;
-      const float* wr = fn + c * hcD;
-      for (int64_t k = 0; k < hcD; ++k) acc = std::fma(x[k], wr[k], acc);
-      mix[c] = acc * rs;
-      const float z = mix[c] * scale[0] + base[c];
-      pre[c] = 1.0f / (1.0f + torch_exp_at(0.0f - z, vrows.tok(i) * hc + c, vrows.n * hc)) +
-               static_cast<float>(hc_eps);
+  parallel_rows(pool, S, 4, [&](int64_t i0, int64_t i1) {
+    std::vector<float> mix(hc), pre(hc), sq;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* x = h + i * hcD;
+      const float rs = token_rsqrt(x, hcD, norm_eps, sq);
+      for (int c = 0; c < hc; ++c) {
+        float acc = 0.0f;
+        const float* wr = fn + c * hcD;
+        for (int64_t k = 0; k < hcD; ++k) acc = std::fma(x[k], wr[k], acc);
+        mix[c] = acc * rs;
+        const float z = mix[c] * scale[0] + base[c];
+        pre[c] = 1.0f / (1.0f + torch_exp_at(0.0f - z, vrows.tok(i) * hc + c, vrows.n * hc)) +
+                 static_cast<float>(hc_eps);
+      }
+      hc_pre(x, pre.data(), 1, hc, D, y + i * D);
     }
-    hc_pre(x, pre.data(), 1, hc, D, y + i * D);
-  }
+  });
 }
 
 }  // namespace strata::v4

@@ -73,20 +73,34 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
 // S*H locate the exps in torch's tensors. out rounded to bf16.
 void sparse_attn_head(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
                       float sink, float scale, int64_t qh, int64_t SH, float* out);
+// sparse_attn_head for heads [0, n_heads) of one query against one shared row list (MQA):
+// head h reads q[h*d..] and sinks[h], writes out[h*d..], at reference position qh0 + h. Same
+// bits as the per-head calls: the scores are computed for all heads at once
+// (v41::qk_scores_heads, the same sequential FMA over d) and softmax/PV run in
+// v41::sparse_attn_heads, whose steps equal this kernel's whenever the first block of 64
+// entries has a valid row scoring above -1e30 and no score is +inf (V4.1 starts its running
+// max at -1e30 and gives invalid entries p = 0 directly; V4 starts at -inf and computes
+// exp(-inf - m)). Otherwise the per-head kernel runs. Thread safety: thread-local scratch.
+void sparse_attn_heads(const float* q, const float* const* rows, int64_t n_rows, int64_t d,
+                       int64_t n_heads, const float* sinks, float scale, int64_t qh0, int64_t SH,
+                       float* out);
 
 // mixes -> pre/post/comb for every token of h [S, hc*D].
 // Token i of this call is token vrows.tok(i) of a vrows.n-token call (v41::CallRows).
 void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights& w, int iters,
               double norm_eps, double hc_eps, v41::CallRows vrows, float* pre, float* post,
               float* comb, ThreadPool* pool = nullptr);
-// y[s, :] = bf16(sum_c pre[s, c] * h[s, c, :]).
-void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y);
+// y[s, :] = bf16(sum_c pre[s, c] * h[s, c, :]) (the sum starts from the first product).
+// Tokens split over `pool` (optional); AVX-512 lanes where active: same bits either way.
+void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
+            ThreadPool* pool = nullptr);
 // h[s, j, :] <- bf16(post[s, j] * f[s, :] + sum_i comb[s, i, j] * h[s, i, :]).
+// Tokens split over `pool` (optional); AVX-512 lanes where active: same bits either way.
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h);
+             float* h, ThreadPool* pool = nullptr);
 // ParallelHead.hc_head: pre = sigmoid(mixes * scale + base) + hc_eps; y = bf16(sum pre * h).
 void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, const float* base,
              const float* scale, double norm_eps, double hc_eps, v41::CallRows vrows,
-             float* y);
+             float* y, ThreadPool* pool = nullptr);
 
 }  // namespace strata::v4

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -61,6 +65,83 @@ TEST(V4Ops, SoftplusPaths) {
     EXPECT_LE(std::fabs(v4::torch_softplus_at(x, 0, 32) - ref), 2 * ulp) << x;
     EXPECT_LE(std::fabs(v4::torch_softplus_at(x, 31, 32) - ref), 2 * ulp) << x;
   }
+}
+
+// sparse_attn_heads = sparse_attn_head for every head, bit for bit: 6 heads, 150 rows (a
+// short last block) with null rows; a list whose first block holds only null rows (V4's
+// running max stays -inf there, so the per-head kernel runs: NaN outputs compare equal by
+// bits); with and without AVX-512, with the reference-position arguments.
+TEST(V4Ops, SparseAttnHeadsMatchPerHeadCalls) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t d = 64, n = 150, H = 6;
+  std::vector<float> kv(n * d), q(H * d), sinks(H);
+  for (auto& v : kv) v = round_to_bf16(nd(rng));
+  for (auto& v : q) v = round_to_bf16(nd(rng) * 0.3f);
+  for (auto& v : sinks) v = nd(rng);
+  const float scale = 0.125f;
+  for (bool lead_null : {false, true}) {
+    std::vector<const float*> rows(n);
+    for (int64_t t = 0; t < n; ++t)
+      rows[t] = (t % 7 == 3 || t == 149 || (lead_null && t < 64)) ? nullptr : &kv[t * d];
+    for (bool e512 : {true, false}) {
+      kernels::set_avx512_enabled(e512);
+      for (int64_t SH : {int64_t{0}, 3 * H}) {
+        const int64_t qh0 = SH == 0 ? 0 : 2 * H;
+        std::vector<float> want(H * d), got(H * d, -1.0f);
+        for (int64_t h = 0; h < H; ++h)
+          v4::sparse_attn_head(&q[h * d], rows.data(), n, d, sinks[h], scale, qh0 + h, SH,
+                               &want[h * d]);
+        v4::sparse_attn_heads(q.data(), rows.data(), n, d, H, sinks.data(), scale, qh0, SH,
+                              got.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+            << "lead_null " << lead_null << " avx512 " << e512 << " SH " << SH;
+        if (lead_null) {
+          EXPECT_TRUE(std::isnan(want[0]));  // the case the fallback exists for
+        }
+      }
+    }
+  }
+  kernels::set_avx512_enabled(true);
+}
+
+// hc_pre / hc_post give the same bits with and without AVX-512 lanes and with the tokens split
+// over a pool: D = 40 (two 16-lane blocks and a scalar tail), values with exact zeros of both
+// signs (the first-product start keeps a -0 sum where a 0 + ... start would not).
+TEST(V4Ops, HcPrePostSameBitsAcrossIsa) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  const int hc = 4;
+  const int64_t S = 21, D = 40;
+  std::vector<float> h(S * hc * D), f(S * D), pre(S * hc), post(S * hc), comb(S * hc * hc);
+  for (size_t k = 0; k < h.size(); ++k) h[k] = k % 5 == 0 ? -0.0f : round_to_bf16(nd(rng));
+  for (size_t k = 0; k < f.size(); ++k) f[k] = k % 3 == 0 ? -0.0f : round_to_bf16(nd(rng));
+  for (auto& v : pre) v = nd(rng);
+  for (auto& v : post) v = nd(rng);
+  for (auto& v : comb) v = nd(rng);
+  // Token 0: positive mixes, so where every stream (and f) is -0 the exact result is -0.
+  for (int c = 0; c < hc; ++c) pre[c] = post[c] = 0.5f + static_cast<float>(c);
+  for (int c = 0; c < hc * hc; ++c) comb[c] = 0.25f + static_cast<float>(c);
+  ThreadPool pool(2);
+  std::vector<float> y_want, h_want;
+  bool first = true;
+  for (bool e512 : {false, true}) {
+    kernels::set_avx512_enabled(e512);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> y(S * D, 1.0f), hh = h;
+      v4::hc_pre(h.data(), pre.data(), S, hc, D, y.data(), p);
+      v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, hh.data(), p);
+      if (first) {
+        y_want = y;
+        h_want = hh;
+        first = false;
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(y.data(), y_want.data(), y.size() * 4)) << "avx512 " << e512;
+      EXPECT_EQ(0, std::memcmp(hh.data(), h_want.data(), hh.size() * 4)) << "avx512 " << e512;
+    }
+  }
+  kernels::set_avx512_enabled(true);
 }
 
 }  // namespace
