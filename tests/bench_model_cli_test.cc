@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -91,6 +94,68 @@ TEST(BenchModelCli, BreakdownPhasesAddUpToTheDecodeToken) {
   const auto k = bench_json("--prompt-tokens 6 --decode-tokens 2 --repeats 1 --threads 1");
   ASSERT_FALSE(k.is_null());
   EXPECT_FALSE(k.contains("decode_phases"));
+}
+
+// Prefill GFLOP/s and its sgemm peer: the GEMM FLOPs per prompt token equal 2 x the weight
+// elements counted here straight from the checkpoint's safetensors header (the backbone's
+// linear weights and mHC mixes; FP4 experts, stored two codes per I8 byte, at top-k / n of
+// all experts), the GFLOP/s is that times the reported prefill rate, and OpenBLAS sgemm was
+// measured (positive, at the requested size).
+TEST(BenchModelCli, PrefillGflopsCountTheCheckpointsGemmWeights) {
+  std::ifstream f(v41_dir() + "/model.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string hdr(n, '\0');
+  f.read(hdr.data(), static_cast<std::streamsize>(n));
+  const auto h = nlohmann::json::parse(hdr);
+  auto ends = [](const std::string& s, const std::string& t) {
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+  };
+  int64_t dense = 0, routed = 0;
+  for (const auto& [name, t] : h.items()) {
+    if (name.rfind("layers.", 0) != 0) continue;
+    int64_t e = 1;
+    for (int64_t d : t["shape"]) e *= d;
+    if (name.find(".ffn.experts.") != std::string::npos && ends(name, ".weight")) {
+      routed += t["dtype"] == "I8" ? 2 * e : e;
+      continue;
+    }
+    for (const char* suf : {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight",
+                            "attn.wo_a.weight", "attn.wo_b.weight", "compressor.wkv.weight",
+                            "compressor.wgate.weight", "indexer.wq_b.weight",
+                            "indexer.weights_proj.weight", "indexer.wk.weight",
+                            "ffn.gate.weight", "shared_experts.w1.weight",
+                            "shared_experts.w2.weight", "shared_experts.w3.weight",
+                            "engram.wkv.weight", "hc_attn_fn", "hc_ffn_fn"})
+      if (ends(name, suf)) dense += e;
+  }
+  // config: 8 routed experts, 2 per token
+  const int64_t want = 2 * (dense + routed * 2 / 8);
+  const auto j = bench_json("--prompt-tokens 8 --decode-tokens 1 --repeats 1 --threads 1 --sgemm-size 128");
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["prefill_gemm_flops_per_token"].get<double>(), static_cast<double>(want));
+  const double gf = j["prefill_gflops"], tps = j["prefill_tok_s"], sg = j["sgemm_gflops"];
+  EXPECT_NEAR(gf, tps * static_cast<double>(want) / 1e9, 1e-9 * gf);
+  EXPECT_GT(sg, 0.0);
+  EXPECT_EQ(j["sgemm_size"], 128);
+  EXPECT_NEAR(j["prefill_sgemm_ratio"].get<double>(), gf / sg, 1e-9 * gf / sg);
+  const auto k = bench_json("--prompt-tokens 8 --decode-tokens 1 --repeats 1 --threads 1 --sgemm-size 0");
+  ASSERT_FALSE(k.is_null());
+  EXPECT_EQ(k["sgemm_gflops"].get<double>(), 0.0);  // skipped
+}
+
+// The Llama path (embedded stories260K): per layer wq, wo [64, 64], wk, wv [4 kv heads x 8, 64]
+// and gate/up/down [172, 64] (its config.json), 5 layers.
+TEST(BenchModelCli, PrefillGflopsOfTheLlamaPath) {
+  std::string out;
+  ASSERT_EQ(run_strata("bench model --prompt-tokens 8 --decode-tokens 1 --repeats 1 --threads 1 "
+                       "--sgemm-size 64 --bandwidth-mib 8 --json",
+                       &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  const int64_t per_layer = 2 * 64 * 64 + 2 * 32 * 64 + 3 * 172 * 64;
+  EXPECT_EQ(j["prefill_gemm_flops_per_token"].get<double>(), 2.0 * 5 * per_layer);
 }
 
 TEST(BenchModelCli, RejectsAContextOverflow) {

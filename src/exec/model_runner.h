@@ -193,6 +193,11 @@ class ModelRunner {
   // Bytes of weights and state one decode step of a sequence of `len` tokens reads from
   // memory (the numerator of the decode roofline in `strata bench model`); 0 = unknown.
   virtual int64_t decode_bytes_read(int64_t len) const { return 0; }
+  // Multiply-add FLOPs (2 per weight element) of the weight GEMMs one prompt token runs in a
+  // prefill: every per-token linear layer (routed experts at their mean share, top-k / n
+  // experts); not the LM head (a prefill computes the last position's logits only) nor the
+  // attention scores. The numerator of prefill GFLOP/s in `strata bench model`; 0 = unknown.
+  virtual int64_t prefill_flops_per_token() const { return 0; }
 };
 
 }  // namespace strata

@@ -192,12 +192,15 @@ STRATA_AVX2 inline void transpose8_store(const float* rows, int ld, float* out) 
   _mm256_storeu_ps(out + 7 * 8, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
+// panel [bk][ldk] (ldk = kTile: one tile's panel; 32 with four tiles interleaved, the AVX-512
+// prefill layout): row k's 8 lanes at panel + k * ldk. ldk != kTile only for the packed kinds.
 STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* panel, float* sw,
-                                 float* rowbuf /* [8][bk] */) {
+                                 float* rowbuf /* [8][bk] */, int64_t ldk = kTile) {
   const int bk = s.bk;
   const int64_t k0 = kb * bk;
   const bool full = n0 + kTile <= s.n;
   if (!full) {  // ragged last tile: scalar
+    STRATA_CHECK(ldk == kTile);
     fill_panel_scalar(s, n0, kb, panel, sw);
     return;
   }
@@ -211,8 +214,8 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       const uint8_t* src = s.pcodes(n0 / kTile, kb);
       for (int k = 0; k < bk; k += 2) {
         simd::decode16_e4m3(src + packed_k_offset(k, kTile), &lo, &hi);
-        _mm256_storeu_ps(panel + k * kTile, lo);
-        _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
+        _mm256_storeu_ps(panel + k * ldk, lo);
+        _mm256_storeu_ps(panel + (k + 1) * ldk, hi);
       }
       return;
     }
@@ -223,8 +226,8 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
         simd::decode16_e2m1_bytes(
             simd::fp4_pair_bytes(src + packed_k_offset(k - k % kPackChunkK, kTile / 2), k), &lo,
             &hi);
-        _mm256_storeu_ps(panel + k * kTile, lo);
-        _mm256_storeu_ps(panel + (k + 1) * kTile, hi);
+        _mm256_storeu_ps(panel + k * ldk, lo);
+        _mm256_storeu_ps(panel + (k + 1) * ldk, hi);
       }
       return;
     }
@@ -257,6 +260,7 @@ STRATA_AVX2 void fill_panel_avx2(const Src& s, int64_t n0, int64_t kb, float* pa
       break;
     }
   }
+  STRATA_CHECK(ldk == kTile);
   for (int k = 0; k < bk; k += 8) transpose8_store(rowbuf + k, bk, panel + k * kTile);
 }
 
@@ -458,6 +462,15 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
         }
       }
     } else for (int64_t kb = 0; kb < nkb; ++kb) {
+      if (packed && ng == kGroup && use512 && g0 + ng * kTile <= s.n) {
+        // prefill on packed weights: decoded straight into the interleaved panel
+        panel32.resize(static_cast<size_t>(kGroup * bk * kTile));
+        for (int g = 0; g < kGroup; ++g)
+          fill_panel_avx2(s, g0 + g * kTile, kb, panel32.data() + g * kTile, sws + g * kTile,
+                          rowbuf.data(), kGroup * kTile);
+        detail::accumulate_panel32_avx512(panel32.data(), sws, bk, a, kb, acc.data());
+        continue;
+      }
       for (int g = 0; g < ng; ++g) {
         fill_panel_avx2(s, g0 + g * kTile, kb, panels.data() + g * bk * kTile, sws + g * kTile,
                         rowbuf.data());

@@ -138,7 +138,9 @@ std::vector<uint8_t> random_e4m3(Rand& r, size_t n) {
 
 TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 9, K = 128, N = 141;  // 2 whole packed groups of 64 rows + a ragged tile
+  // M = 29: the panel path's 12-, 4- and 1-row blocks; N: 2 whole packed groups of 64 rows +
+  // a ragged tile
+  const int64_t M = 29, K = 128, N = 141;
   for (int bk : {32, 128}) {
     const int bn = bk;
     auto x = r.bf16_normal(M * K, 2.0f);
@@ -195,7 +197,7 @@ TEST(BlockGemm, Fp8MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
 
 TEST(BlockGemm, Fp4MatchesReferenceLoopBitExactAcrossIsaThreadsAndBatch) {
   Rand r;
-  const int64_t M = 9, K = 256, N = 134;
+  const int64_t M = 29, K = 256, N = 134;  // M: the panel path's 12-, 4- and 1-row blocks
   for (int act_block : {32, 128}) {
     auto x = r.bf16_normal(M * K, 1.0f);
     auto w = r.bytes(N * K / 2, 0, 255);

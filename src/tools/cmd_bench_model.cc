@@ -25,6 +25,7 @@
 #include "model/llama2c_format.h"
 #include "model/tokenizer.h"
 #include "tools/bench_context_sweep.h"
+#include "tools/bench_sgemm.h"
 #include "tools/bench_spec.h"
 #include "tools/command_registry.h"
 #include "tools/rank_flags.h"
@@ -41,6 +42,7 @@ struct BenchModelCli {
   int64_t bw_mib = 1024;
   bool json = false;
   bool breakdown = false;
+  int sgemm_size = 2048;
   std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
   bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
@@ -162,6 +164,9 @@ int run_bench_model(BenchModelCli& o) {
   // the fraction; the roofline uses the higher reading.
   ThreadPool bw_pool(threads);
   const double bw_before = kernels::measure_read_bandwidth(bw_pool, size_t(o.bw_mib) << 20);
+  // The fp32 GEMM peer of the prefill figure: OpenBLAS sgemm, same threads, measured first.
+  const double sgemm_gflops = o.sgemm_size > 0 ? measure_sgemm_gflops(threads, o.sgemm_size) : 0.0;
+  const double prefill_flops = static_cast<double>(runner.prefill_flops_per_token());
 
   // 2. Prefill and decode through ModelRunner::step.
   std::mt19937_64 rng(1234);
@@ -229,6 +234,7 @@ int run_bench_model(BenchModelCli& o) {
   }
   const double prefill_tps = o.prompt_tokens / prefill_s[prefill_s.size() / 2];
   const double decode_tps = o.decode_tokens / decode_s[decode_s.size() / 2];
+  const double prefill_gflops = prefill_tps * prefill_flops / 1e9;  // 0 when unknown
 
   // 3. Roofline: bytes read per decode token (weights + KV at the average length), against
   // the higher of the two bandwidth readings.
@@ -270,7 +276,12 @@ int run_bench_model(BenchModelCli& o) {
                         {"decode_cpu_utilization", cpu_util},
                         {"anon_memory_mib", mem.anon_kib / 1024.0},
                         {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
-                        {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
+                        {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
+                        {"prefill_gemm_flops_per_token", prefill_flops},
+                        {"prefill_gflops", prefill_gflops},
+                        {"sgemm_gflops", sgemm_gflops},
+                        {"sgemm_size", o.sgemm_size},
+                        {"prefill_sgemm_ratio", sgemm_gflops > 0 ? prefill_gflops / sgemm_gflops : 0}};
     if (sb)
       j["speculative"] = {{"config", o.speculative_config},
                           {"plain_decode_tok_s", sb->plain_tok_s},
@@ -312,6 +323,14 @@ int run_bench_model(BenchModelCli& o) {
                o.prompt_tokens, o.repeats);
     fmt::print("decode         {:.1f} tok/s ({} tokens after the prompt, median of {})\n",
                decode_tps, o.decode_tokens, o.repeats);
+    if (sgemm_gflops > 0)
+      fmt::print("sgemm          {:.1f} GFLOP/s (OpenBLAS cblas_sgemm {}^3 f32, {} threads, best of 3)\n",
+                 sgemm_gflops, o.sgemm_size, threads);
+    if (prefill_flops > 0)
+      fmt::print("prefill GEMMs  {:.1f} GFLOP/s ({:.3f} GFLOP of weight GEMMs per prompt token){}\n",
+                 prefill_gflops, prefill_flops / 1e9,
+                 sgemm_gflops > 0 ? fmt::format(" = {:.2f}x sgemm", prefill_gflops / sgemm_gflops)
+                                  : std::string());
     if (bytes_per_token > 0)
       fmt::print("roofline       {:.2f} MB read/token -> {:.1f} tok/s at {:.2f} GB/s; decode "
                  "reaches {:.1f}% ({:.2f} GB/s)\n",
@@ -390,6 +409,9 @@ void setup_bench_model(CLI::App& app) {
                     "Comma-separated prompt lengths (e.g. 256,1024,4096,16384): decode TPOT after "
                     "each, and its ratio to the first, instead of the single run")
         ->delimiter(',');
+    cmd->add_option("--sgemm-size", o->sgemm_size,
+                    "Edge of the OpenBLAS sgemm measured first as the prefill peer (0: skip)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });

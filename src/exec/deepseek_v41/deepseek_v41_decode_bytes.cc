@@ -45,6 +45,11 @@ int64_t mhc_bytes(const V41MhcWeights& m) {
 int64_t expert_bytes(const V41ExpertWeights& e) {
   return linear_bytes(e.w1) + linear_bytes(e.w2) + linear_bytes(e.w3);
 }
+int64_t linear_elems(const V41Linear& l) { return l.present() ? l.out * l.in : 0; }
+int64_t expert_elems(const V41ExpertWeights& e) {
+  return linear_elems(e.w1) + linear_elems(e.w2) + linear_elems(e.w3);
+}
+int64_t view_elems(const TensorView& t) { return t.data ? t.numel() : 0; }
 }  // namespace
 
 int64_t DeepseekV41Runner::decode_bytes_read(int64_t len) const {
@@ -102,6 +107,34 @@ int64_t DeepseekV41Runner::decode_bytes_read(int64_t len) const {
       b += o.spec.bytes_per_request();
   }
   return b;
+}
+
+// Prefill GEMM FLOPs per prompt token (see ModelRunner::prefill_flops_per_token): the weight
+// matrices of the same per-layer terms as above, counted in elements (backbone layers only).
+int64_t DeepseekV41Runner::prefill_flops_per_token() const {
+  const DeepseekConfig& c = model_->config();
+  const DeepseekV41Weights& w = model_->weights();
+  int64_t n = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const V41BlockWeights& lw = w.layer(l);
+    n += view_elems(lw.hc_attn.fn) + view_elems(lw.hc_ffn.fn);
+    const V41AttentionWeights& a = lw.attn;
+    n += linear_elems(a.wq_a) + linear_elems(a.wq_b) + linear_elems(a.wkv) +
+         linear_elems(a.wo_a) + linear_elems(a.wo_b);
+    if (a.compressor.present) n += linear_elems(a.compressor.wkv) + linear_elems(a.compressor.wgate);
+    if (a.indexer.present)
+      n += linear_elems(a.indexer.wq_b) + linear_elems(a.indexer.weights_proj) +
+           linear_elems(a.indexer.wk);
+    const V41MoeWeights& f = lw.ffn;
+    n += view_elems(f.gate_weight) + expert_elems(f.shared);
+    if (!f.experts.empty()) {
+      int64_t all = 0;
+      for (const V41ExpertWeights& e : f.experts) all += expert_elems(e);
+      n += all * c.layers[l].n_activated_experts / static_cast<int64_t>(f.experts.size());
+    }
+    if (lw.engram.present) n += linear_elems(lw.engram.wkv);
+  }
+  return 2 * n;
 }
 
 }  // namespace strata

@@ -43,6 +43,7 @@ class DeepseekV41Runner
   // Weights touched by one decode token (dense + n_activated routed experts per layer +
   // embedding row + LM head) plus state read at length `len` (deepseek_v41_decode_bytes.cc).
   int64_t decode_bytes_read(int64_t len) const override;
+  int64_t prefill_flops_per_token() const override;
   // DSpark (DeepseekV41Model::dspark_draft) when the checkpoint has the stages.
   int draft_block_size() const override { return model_->dspark_block_size(); }
   const EngramTableStore* engram_tables() const override { return model_->engram_tables(); }

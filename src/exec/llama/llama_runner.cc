@@ -83,6 +83,14 @@ int64_t LlamaRunner::decode_bytes_read(int64_t len) const {
   return model_->weight_bytes_per_token() + len * kv_.bytes_per_token();
 }
 
+int64_t LlamaRunner::prefill_flops_per_token() const {
+  int64_t n = 0;
+  for (const auto& L : model_->layers())
+    for (const kernels::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      n += w->rows * w->cols;
+  return 2 * n;
+}
+
 Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* logits) {
   const LlamaConfig& c = model_->config();
   // ---- Validate everything before any state changes. ----

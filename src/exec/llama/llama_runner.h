@@ -72,6 +72,7 @@ class LlamaRunner : public ModelRunner {
   ThreadPool& pool() { return *pool_; }
   // Bytes of weights + KV read by one decode step of a sequence of length `len`.
   int64_t decode_bytes_read(int64_t len) const override;
+  int64_t prefill_flops_per_token() const override;
 
  private:
   std::unique_ptr<LlamaModel> model_;
