@@ -633,17 +633,36 @@ bool e8m0_bytes_normal(const uint8_t* b, int64_t n) {
 }
 
 PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
+  Fp8BlockWeight none = w;
+  none.codes = nullptr;
+  none.scales_e8m0 = nullptr;
+  none.scales_f32 = nullptr;
+  none.n = 0;
+  return pack_fp8_weight_stacked(w, none, form);
+}
+
+PackedFp8Weight pack_fp8_weight_stacked(const Fp8BlockWeight& top, const Fp8BlockWeight& bottom,
+                                        PackedScales form) {
+  const Fp8BlockWeight& w = top;
   STRATA_CHECK(w.codes != nullptr && (w.scales_e8m0 != nullptr) != (w.scales_f32 != nullptr));
   STRATA_CHECK(w.block_k > 0 && w.block_k % 8 == 0 && w.k % w.block_k == 0);
+  STRATA_CHECK(bottom.n == 0 ||
+               (bottom.codes != nullptr && bottom.k == w.k && bottom.block_k == w.block_k &&
+                bottom.block_n == w.block_n && w.n % w.block_n == 0 &&
+                (bottom.scales_e8m0 != nullptr) == (w.scales_e8m0 != nullptr) &&
+                (bottom.scales_f32 != nullptr) == (w.scales_f32 != nullptr)));
   const Luts& L = luts();
+  const int64_t N = top.n + bottom.n;
   PackedFp8Weight p;
-  p.n = w.n;
+  p.n = N;
   p.k = w.k;
   p.block_k = w.block_k;
-  const int64_t tiles = padded_tiles(w.n), nkb = w.k / w.block_k, bk = w.block_k;
+  const int64_t tiles = padded_tiles(N), nkb = w.k / w.block_k, bk = w.block_k;
   const int64_t scols = (w.k + w.block_k - 1) / w.block_k;
+  auto srows = [&](const Fp8BlockWeight& x) { return (x.n + x.block_n - 1) / x.block_n; };
   const bool bytes = form == PackedScales::kAuto && w.scales_e8m0 != nullptr &&
-                     e8m0_bytes_normal(w.scales_e8m0, ((w.n + w.block_n - 1) / w.block_n) * scols);
+                     e8m0_bytes_normal(w.scales_e8m0, srows(w) * scols) &&
+                     (bottom.n == 0 || e8m0_bytes_normal(bottom.scales_e8m0, srows(bottom) * scols));
   p.codes.assign(static_cast<size_t>(tiles * w.k * kTile), 0);
   const size_t nscales = static_cast<size_t>(tiles * kTile * nkb);
   if (bytes) {
@@ -653,22 +672,30 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
   }
   // Groups and K blocks holding an E4M3 subnormal code (padding rows are zero codes).
   p.subnormal_blocks.assign(static_cast<size_t>(tiles / kPackGroup * nkb), 0);
-  for (int64_t n = 0; n < w.n; ++n) {
+  std::vector<int64_t> koff(static_cast<size_t>(bk));  // packed_k_offset per K index in a block
+  for (int64_t kk = 0; kk < bk; ++kk) koff[kk] = packed_k_offset(kk, kTile);
+  for (int64_t n = 0; n < N; ++n) {
+    const bool in_top = n < top.n;
+    const Fp8BlockWeight& src = in_top ? top : bottom;
+    const int64_t sn = in_top ? n : n - top.n;  // row in its source
     const int64_t t = n / kTile, l = n % kTile;
     uint8_t* sub = p.subnormal_blocks.data() + (t / kPackGroup) * nkb;
-    for (int64_t k = 0; k < w.k; ++k) {
-      const uint8_t c = w.codes[n * w.k + k];
-      const int64_t off = packed_code_offset(t, k / bk, nkb, bk, kTile) + packed_k_offset(k % bk, kTile);
-      p.codes[off + l] = c;
-      if ((c & 0x78) == 0 && (c & 0x07) != 0) sub[k / bk] = 1;
-    }
+    const uint8_t* row = src.codes + sn * w.k;
     for (int64_t kb = 0; kb < nkb; ++kb) {
-      const int64_t si = (n / w.block_n) * scols + kb;
+      uint8_t* dst = p.codes.data() + packed_code_offset(t, kb, nkb, bk, kTile) + l;
+      const uint8_t* c = row + kb * bk;
+      uint8_t any_sub = 0;
+      for (int64_t kk = 0; kk < bk; ++kk) {
+        dst[koff[kk]] = c[kk];
+        any_sub |= static_cast<uint8_t>((c[kk] & 0x78) == 0 && (c[kk] & 0x07) != 0);
+      }
+      sub[kb] |= any_sub;
+      const int64_t si = (sn / w.block_n) * scols + kb;
       const int64_t di = packed_scale_offset(t, kb, nkb) + l;
       if (bytes) {
-        p.scales_e8m0[di] = w.scales_e8m0[si];
+        p.scales_e8m0[di] = src.scales_e8m0[si];
       } else {
-        p.scales[di] = w.scales_e8m0 ? L.e8m0[w.scales_e8m0[si]] : w.scales_f32[si];
+        p.scales[di] = src.scales_e8m0 ? L.e8m0[src.scales_e8m0[si]] : src.scales_f32[si];
       }
     }
   }
@@ -679,35 +706,68 @@ PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form) {
 }
 
 PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form) {
-  STRATA_CHECK(w.packed != nullptr && w.scales_e8m0 != nullptr && w.group == 32 && w.k % 32 == 0);
+  return pack_fp4_weight_stacked(w, Fp4Weight{nullptr, nullptr, 0, w.k, w.group}, form);
+}
+
+PackedFp4Weight pack_fp4_weight_stacked(const Fp4Weight& top, const Fp4Weight& bottom,
+                                        PackedScales form) {
+  STRATA_CHECK(top.packed != nullptr && top.scales_e8m0 != nullptr && top.group == 32 &&
+               top.k % 32 == 0);
+  STRATA_CHECK(bottom.n == 0 || (bottom.packed != nullptr && bottom.scales_e8m0 != nullptr &&
+                                 bottom.group == 32 && bottom.k == top.k));
   const Luts& L = luts();
+  const int64_t N = top.n + bottom.n, K = top.k, nkb = K / 32;
   PackedFp4Weight p;
-  p.n = w.n;
-  p.k = w.k;
-  const int64_t tiles = padded_tiles(w.n), nkb = w.k / 32;
-  const bool bytes = form == PackedScales::kAuto && e8m0_bytes_normal(w.scales_e8m0, w.n * nkb);
-  p.codes.assign(static_cast<size_t>(tiles * w.k * (kTile / 2) + kPackedFp4Padding), 0);
+  p.n = N;
+  p.k = K;
+  const int64_t tiles = padded_tiles(N);
+  // Row n's codes and scales: the top weight's rows, then the bottom's.
+  auto row_codes = [&](int64_t n) {
+    return n < top.n ? top.packed + n * (K / 2) : bottom.packed + (n - top.n) * (K / 2);
+  };
+  auto row_scales = [&](int64_t n) {
+    return n < top.n ? top.scales_e8m0 + n * nkb : bottom.scales_e8m0 + (n - top.n) * nkb;
+  };
+  const bool bytes = form == PackedScales::kAuto && e8m0_bytes_normal(top.scales_e8m0, top.n * nkb) &&
+                     (bottom.n == 0 || e8m0_bytes_normal(bottom.scales_e8m0, bottom.n * nkb));
+  p.codes.assign(static_cast<size_t>(tiles * K * (kTile / 2) + kPackedFp4Padding), 0);
   const size_t nscales = static_cast<size_t>(tiles * kTile * nkb);
   if (bytes) {
     p.scales_e8m0.assign(nscales, 127);
   } else {
     p.scales.assign(nscales, 0.0f);
   }
-  for (int64_t n = 0; n < w.n; ++n) {
-    const int64_t t = n / kTile, l = n % kTile;
-    for (int64_t k = 0; k < w.k; ++k) {
-      const uint8_t byte = w.packed[n * (w.k / 2) + k / 2];
-      const uint8_t code = (k % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-      uint8_t& dst = p.codes[packed_code_offset(t, k / 32, nkb, 32, kTile / 2) +
-                             packed_fp4_byte(k % 32, l)];
-      dst = static_cast<uint8_t>(dst | (code << ((l % 2) * 4)));
+  // Where code (k, row l) of a K block goes, for the even rows (their odd neighbour shares the
+  // byte, high nibble): one table instead of the offset arithmetic per code.
+  int64_t off[32][kTile / 2];
+  for (int k = 0; k < 32; ++k)
+    for (int lp = 0; lp < kTile / 2; ++lp) off[k][lp] = packed_fp4_byte(k, 2 * lp);
+  static const uint8_t kZeroRow[16] = {};
+  for (int64_t t = 0; t * kTile < N; ++t) {
+    for (int lp = 0; lp < kTile / 2; ++lp) {
+      const int64_t r0 = t * kTile + 2 * lp, r1 = r0 + 1;
+      if (r0 >= N) break;
+      const uint8_t* s0 = row_codes(r0);
+      const uint8_t* s1 = r1 < N ? row_codes(r1) : nullptr;
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        uint8_t* dst = p.codes.data() + packed_code_offset(t, kb, nkb, 32, kTile / 2);
+        const uint8_t* a = s0 + kb * 16;
+        const uint8_t* b = s1 ? s1 + kb * 16 : kZeroRow;
+        for (int j = 0; j < 16; ++j) {  // byte j: codes k = 2j (low nibble), 2j + 1 (high)
+          dst[off[2 * j][lp]] = static_cast<uint8_t>((a[j] & 0x0f) | ((b[j] & 0x0f) << 4));
+          dst[off[2 * j + 1][lp]] = static_cast<uint8_t>((a[j] >> 4) | (b[j] & 0xf0));
+        }
+      }
     }
-    for (int64_t kb = 0; kb < nkb; ++kb) {
-      const int64_t di = packed_scale_offset(t, kb, nkb) + l;
-      if (bytes) {
-        p.scales_e8m0[di] = w.scales_e8m0[n * nkb + kb];
-      } else {
-        p.scales[di] = L.e8m0[w.scales_e8m0[n * nkb + kb]];
+    for (int64_t l = 0; l < kTile && t * kTile + l < N; ++l) {
+      const uint8_t* sc = row_scales(t * kTile + l);
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t di = packed_scale_offset(t, kb, nkb) + l;
+        if (bytes) {
+          p.scales_e8m0[di] = sc[kb];
+        } else {
+          p.scales[di] = L.e8m0[sc[kb]];
+        }
       }
     }
   }

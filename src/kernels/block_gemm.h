@@ -178,7 +178,17 @@ inline int64_t packed_scale_offset(int64_t t, int64_t kb, int64_t nkb) {
 // threads). bytes() is the resident size. Errors: STRATA_CHECK on the shape rules above
 // (FP8: block_k % 8 == 0, K % block_k == 0; FP4: group 32, K % 32 == 0).
 PackedFp8Weight pack_fp8_weight(const Fp8BlockWeight& w, PackedScales form = PackedScales::kAuto);
+// The packing of [top; bottom] (same k, block_k, block_n and scale kind; top.n a multiple of
+// block_n so no scale block straddles the seam) without first copying them into one array:
+// the same result as pack_fp8_weight on that array.
+PackedFp8Weight pack_fp8_weight_stacked(const Fp8BlockWeight& top, const Fp8BlockWeight& bottom,
+                                        PackedScales form = PackedScales::kAuto);
 PackedFp4Weight pack_fp4_weight(const Fp4Weight& w, PackedScales form = PackedScales::kAuto);
+// The packing of the rows of `top` followed by those of `bottom` (same k and group), e.g. an
+// expert's w1 over its w3, without first copying them into one [top.n + bottom.n, K/2] array:
+// the same result as pack_fp4_weight on that array.
+PackedFp4Weight pack_fp4_weight_stacked(const Fp4Weight& top, const Fp4Weight& bottom,
+                                        PackedScales form = PackedScales::kAuto);
 void fp8_gemm_packed(const QuantActs& a, const PackedFp8Weight& w, float* y, OutRound out,
                      ThreadPool* pool);
 void fp4_gemm_packed(const QuantActs& a, const PackedFp4Weight& w, float* y, OutRound out,

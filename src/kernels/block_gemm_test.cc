@@ -308,6 +308,82 @@ TEST(BlockGemm, PackedScaleFormFollowsTheCheckpointScales) {
   EXPECT_TRUE(pack_fp4_weight(Fp4Weight{w4.data(), ws4.data(), N, K, 32}).scales_e8m0.empty());
 }
 
+// pack_fp4_weight's layout against the per-code definition in block_gemm.h (code (k, row n)
+// at packed_code_offset(tile, k / 32) + packed_fp4_byte(k % 32, n % 8), nibble n % 2; scale at
+// packed_scale_offset + n % 8), for a ragged row count (odd: a last pair without its odd row)
+// and both scale forms; and pack_fp4_weight_stacked(top, bottom) == packing [top; bottom].
+TEST(BlockGemm, Fp4PackingMatchesTheLayoutDefinitionAndStacks) {
+  Rand r;
+  const int64_t N = 77, K = 96, nkb = K / 32;
+  const auto w = r.bytes(N * K / 2, 0, 255);
+  auto ws = r.bytes(N * nkb, 110, 140);
+  for (PackedScales form : {PackedScales::kAuto, PackedScales::kF32}) {
+    const PackedFp4Weight P = pack_fp4_weight(Fp4Weight{w.data(), ws.data(), N, K, 32}, form);
+    const int64_t tiles = (N + 63) / 64 * 8;  // padded to whole groups of 8 tiles
+    std::vector<uint8_t> want(static_cast<size_t>(tiles * K * 4 + kPackedFp4Padding), 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const uint8_t byte = w[n * (K / 2) + k / 2];
+        const uint8_t code = k % 2 == 0 ? (byte & 0xf) : (byte >> 4);
+        want[packed_code_offset(n / 8, k / 32, nkb, 32, 4) + packed_fp4_byte(k % 32, n % 8)] |=
+            static_cast<uint8_t>(code << ((n % 2) * 4));
+      }
+    ASSERT_EQ(P.codes.size(), want.size());
+    EXPECT_EQ(P.codes, want);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t di = packed_scale_offset(n / 8, kb, nkb) + n % 8;
+        if (form == PackedScales::kAuto) {
+          ASSERT_EQ(P.scales_e8m0[di], ws[n * nkb + kb]);
+        } else {
+          ASSERT_EQ(P.scales[di], dec_e8m0(ws[n * nkb + kb]));
+        }
+      }
+    // stacked: rows [0, 40) over [40, 77) from two separate arrays
+    const int64_t top = 40;
+    const PackedFp4Weight S = pack_fp4_weight_stacked(
+        Fp4Weight{w.data(), ws.data(), top, K, 32},
+        Fp4Weight{w.data() + top * K / 2, ws.data() + top * nkb, N - top, K, 32}, form);
+    EXPECT_EQ(S.n, N);
+    EXPECT_EQ(S.codes, P.codes);
+    EXPECT_EQ(S.scales_e8m0, P.scales_e8m0);
+    EXPECT_EQ(S.scales, P.scales);
+  }
+}
+
+// pack_fp8_weight's layout against block_gemm.h's definition (code (k, row n) at
+// packed_code_offset(tile, k / bk) + packed_k_offset(k % bk) + n % 8), the subnormal-block
+// flags (one subnormal code planted), and pack_fp8_weight_stacked(top, bottom) == packing
+// [top; bottom] (top: whole 32-row scale blocks).
+TEST(BlockGemm, Fp8PackingMatchesTheLayoutDefinitionAndStacks) {
+  Rand r;
+  const int64_t N = 77, K = 96, bk = 32, nkb = K / bk, sr = (N + 31) / 32;
+  auto w = random_e4m3(r, N * K);
+  for (auto& c : w)
+    if ((c & 0x78) == 0) c |= 0x08;  // no subnormals but the planted one
+  w[70 * K + 40] = 0x03;             // row 70 (group 1), K block 1
+  const auto ws = r.bytes(sr * nkb, 110, 140);
+  const PackedFp8Weight P = pack_fp8_weight(Fp8BlockWeight{w.data(), ws.data(), nullptr, N, K, 32, 32});
+  const int64_t tiles = (N + 63) / 64 * 8;
+  std::vector<uint8_t> want(static_cast<size_t>(tiles * K * 8), 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      want[packed_code_offset(n / 8, k / bk, nkb, bk, 8) + packed_k_offset(k % bk, 8) + n % 8] =
+          w[n * K + k];
+  EXPECT_EQ(P.codes, want);
+  ASSERT_EQ(P.subnormal_blocks.size(), static_cast<size_t>(2 * nkb));  // 2 groups of 64 rows
+  for (int64_t i = 0; i < 2 * nkb; ++i) EXPECT_EQ(P.subnormal_blocks[i], i == nkb + 1 ? 1 : 0) << i;
+  const int64_t top = 32;
+  const PackedFp8Weight S = pack_fp8_weight_stacked(
+      Fp8BlockWeight{w.data(), ws.data(), nullptr, top, K, 32, 32},
+      Fp8BlockWeight{w.data() + top * K, ws.data() + (top / 32) * nkb, nullptr, N - top, K, 32, 32});
+  EXPECT_EQ(S.n, N);
+  EXPECT_EQ(S.codes, P.codes);
+  EXPECT_EQ(S.scales_e8m0, P.scales_e8m0);
+  EXPECT_EQ(S.scales, P.scales);
+  EXPECT_EQ(S.subnormal_blocks, P.subnormal_blocks);
+}
+
 // gemm_packed_batch: several FP8 and FP4 GEMMs of different shapes and row counts in one
 // dispatch give, for every thread count and kernel path, the bits of the scalar reference
 // loops (ref_fp8 / testref::ref_fp4) of each job on its own.

@@ -243,6 +243,36 @@ STRATA_AVX512 void group_pass512(const float* x, int64_t m, int64_t ldx, const P
   }
 }
 
+// kRows activation rows (stride ldx, this K block's bk values each) against the decoded block
+// u [bk][64] f64: per row its 8 f64 FMA chains over k in order, as the one-row loop; the rows
+// share each u load (3 rows: 24 accumulators; one row alone spent 8 loads on 8 FMAs).
+template <int kRows>
+STRATA_AVX512 inline __attribute__((always_inline)) void rows_pass_u(const float* x, int64_t ldx,
+                                                                     const double* u, int64_t bk,
+                                                                     double* acc) {
+  __m512d A[kRows][8];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) A[r][c] = _mm512_loadu_pd(acc + r * 64 + c * 8);
+  for (int64_t j = 0; j < bk; ++j) {
+    const double* uj = u + j * 64;
+    __m512d xk[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) xk[r] = _mm512_set1_pd(static_cast<double>(x[r * ldx + j]));
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512d w = _mm512_loadu_pd(uj + c * 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) A[r][c] = _mm512_fmadd_pd(xk[r], w, A[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) _mm512_storeu_pd(acc + r * 64 + c * 8, A[r][c]);
+}
+
 // The same pass for several activation rows (prefill): each K block's 64 x bk weights are
 // decoded and scaled once into u [bk][64] f64 (the values group_pass512 computes per row),
 // then every row runs its 8 f64 FMA chains over them in the same k order: same bits, without
@@ -274,24 +304,9 @@ STRATA_AVX512 void group_pass512_rows(const float* x, int64_t m, int64_t ldx,
       put(u + j * 64, d.u0, d.u1, d.u2, d.u3);
       put(u + (j + 1) * 64, d.v0, d.v1, d.v2, d.v3);
     }
-    for (int64_t r = 0; r < m; ++r) {
-      double* ar = acc + r * 64;
-      Acc64 A = load_acc(ar);
-      const float* xr = x + r * ldx + kb * bk;
-      for (int64_t j = 0; j < bk; ++j) {
-        const __m512d xk = _mm512_set1_pd(static_cast<double>(xr[j]));
-        const double* uj = u + j * 64;
-        A.a0 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj), A.a0);
-        A.a1 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 8), A.a1);
-        A.a2 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 16), A.a2);
-        A.a3 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 24), A.a3);
-        A.a4 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 32), A.a4);
-        A.a5 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 40), A.a5);
-        A.a6 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 48), A.a6);
-        A.a7 = _mm512_fmadd_pd(xk, _mm512_loadu_pd(uj + 56), A.a7);
-      }
-      store_acc(ar, A);
-    }
+    int64_t r = 0;
+    for (; r + 3 <= m; r += 3) rows_pass_u<3>(x + r * ldx + kb * bk, ldx, u, bk, acc + r * 64);
+    for (; r < m; ++r) rows_pass_u<1>(x + r * ldx + kb * bk, ldx, u, bk, acc + r * 64);
   }
 }
 

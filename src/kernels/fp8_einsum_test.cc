@@ -57,7 +57,8 @@ void expect_one_row_all_modes(const std::vector<float>& x, const PackedFp8Weight
 
 TEST(Fp8Einsum, MatchesF64LoopBitExact) {
   std::mt19937 rng(11);
-  const int64_t N = 144, K = 96, B = 32, M = 3, ldx = K + 5, ldy = 150;
+  // M = 5: the prefill pass's 3-row block and single rows (m = 2: single rows only)
+  const int64_t N = 144, K = 96, B = 32, M = 5, ldx = K + 5, ldy = 150;
   const std::vector<uint8_t> codes = random_codes(rng, N * K, 0x10);  // no NaN codes
   std::vector<uint8_t> sc((N / B) * (K / B) + 8);
   for (auto& s : sc) s = static_cast<uint8_t>(120 + rng() % 10);
@@ -90,7 +91,7 @@ TEST(Fp8Einsum, MatchesF64LoopBitExact) {
         set_avx512_enabled(mode >= 1);
         set_avx512_ext_enabled(mode == 2);
         for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool})
-          for (const int64_t m : {int64_t{1}, M}) {  // the extension pass runs at M = 1
+          for (const int64_t m : {int64_t{1}, int64_t{2}, M}) {  // the extension pass: M = 1
             std::vector<float> y(m * ldy, -7.0f);
             fp8_dequant_gemm_f64(x.data(), m, ldx, p, nb, ne, y.data(), ldy, tp);
             EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))

@@ -69,23 +69,14 @@ std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V4
   const int64_t n = a.out, k = a.in;
   auto p = std::make_shared<V41PackedLinear>();
   if (a.kind == V41WeightKind::kFp4) {
-    std::vector<uint8_t> codes(2 * n * k / 2), scales(2 * n * (k / 32));
-    std::copy_n(a.weight.data, n * k / 2, codes.begin());
-    std::copy_n(b.weight.data, n * k / 2, codes.begin() + n * k / 2);
-    std::copy_n(a.scale.data, n * (k / 32), scales.begin());
-    std::copy_n(b.scale.data, n * (k / 32), scales.begin() + n * (k / 32));
-    p->fp4 = kernels::pack_fp4_weight({codes.data(), scales.data(), 2 * n, k, 32});
+    p->fp4 = kernels::pack_fp4_weight_stacked({a.weight.data, a.scale.data, n, k, 32},
+                                              {b.weight.data, b.scale.data, n, k, 32});
     return p;
   }
   if (a.kind == V41WeightKind::kFp8 && a.block == 32 && b.block == 32 && n % 32 == 0 &&
       a.scale.dtype == DType::kF8_E8M0 && b.scale.dtype == DType::kF8_E8M0) {
-    const int64_t srows = n / 32, scols = (k + 31) / 32;
-    std::vector<uint8_t> codes(2 * n * k), scales(2 * srows * scols);
-    std::copy_n(a.weight.data, n * k, codes.begin());
-    std::copy_n(b.weight.data, n * k, codes.begin() + n * k);
-    std::copy_n(a.scale.data, srows * scols, scales.begin());
-    std::copy_n(b.scale.data, srows * scols, scales.begin() + srows * scols);
-    p->fp8 = kernels::pack_fp8_weight({codes.data(), scales.data(), nullptr, 2 * n, k, 32, 32});
+    p->fp8 = kernels::pack_fp8_weight_stacked({a.weight.data, a.scale.data, nullptr, n, k, 32, 32},
+                                              {b.weight.data, b.scale.data, nullptr, n, k, 32, 32});
     return p;
   }
   return nullptr;
