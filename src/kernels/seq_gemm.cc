@@ -338,6 +338,16 @@ void seq_gemm_packed(const float* x, int64_t m, const PackedSeqWeight& w, float*
     run_tiles(x, m, w, y, 0, tiles);
     return;
   }
+  if (tiles < 2 * kGroup && m >= 4 * pool->num_threads()) {
+    // Few tiles, many rows (a prefill through the mHC mixes, 24 columns): split the rows, so
+    // the threads get equal shares (3 tiles split 2 : 1 did not); each row's sums are the
+    // same in any row range.
+    const int64_t K = w.k, N = w.n;
+    pool->parallel_for(m, [&](int64_t r0, int64_t r1) {
+      run_tiles(x + r0 * K, r1 - r0, w, y + r0 * N, 0, tiles);
+    }, 2);
+    return;
+  }
   if (tiles < 2 * kGroup) {  // too few for whole groups per thread: split single tiles
     pool->parallel_for_stealing(tiles, [&](int64_t t0, int64_t t1) { run_tiles(x, m, w, y, t0, t1); });
     return;

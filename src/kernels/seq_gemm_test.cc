@@ -136,6 +136,34 @@ TEST(SeqGemm, FewRowsLongKSplitOverTilesBitExact) {
   }
 }
 
+// Many rows over few tiles (a prefill through the mHC mixes: 24 columns): the rows are split
+// over the pool (odd row counts: ranges of any parity); the bits must not change.
+TEST(SeqGemm, ManyRowsFewTilesSplitOverRowsBitExact) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool2(2), pool3(3);
+  const int64_t n = 24, k = 1024;
+  std::vector<float> w(n * k);
+  for (auto& v : w) v = nd(rng);
+  PackedSeqWeight p = pack_seq_weight_f32(w.data(), n, k);
+  for (int64_t m : {13, 64}) {
+    std::vector<float> x(m * k);
+    for (auto& v : x) v = nd(rng) * 4.0f;
+    std::vector<float> want(m * n);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) want[r * n + c] = seq_dot(&x[r * k], &w[c * k], k);
+    for (int mode : {1, 2}) {
+      IsaGuard g(Isa::kAvx2);
+      set_avx512_enabled(mode == 2);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+        std::vector<float> y(m * n, NAN);
+        seq_gemm_packed(x.data(), m, p, y.data(), pool);
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "m=" << m << " mode=" << mode;
+      }
+    }
+  }
+}
+
 TEST(SeqGemm, RowAloneEqualsRowInBatch) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -290,12 +290,12 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     };
     auto collapse = [&](const float* pre, const TensorView& norm) {
       profile::PhaseScope phase("mhc: pre + rms norm");
-      v41::hc_pre(c.h.data(), pre, S, hc, D, x.data());
+      v41::hc_pre(c.h.data(), pre, S, hc, D, x.data(), pool_.get());
       v41::rms_norm(x.data(), S, D, &norm, cf.norm_eps, xn.data());
     };
     auto post = [&](const float* post_mix, const float* comb) {
       profile::PhaseScope phase("mhc: post");
-      v41::hc_post(f.data(), post_mix, comb, S, hc, D, c.h.data());
+      v41::hc_post(f.data(), post_mix, comb, S, hc, D, c.h.data(), pool_.get());
     };
     // Attention sublayer: its own mixes for post/comb; input collapsed with the previous
     // FFN's pre (lagged mHC).
@@ -321,7 +321,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     profile::PhaseScope phase("dspark: stage rings");
     write_dspark_rings(c, main_hidden.data());
   }
-  v41::hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data());
+  v41::hc_pre(c.h.data(), pre_prev.data(), S, hc, D, x.data(), pool_.get());
   v41::rms_norm(x.data(), S, D, &weights_->norm(), cf.norm_eps, xn.data());
   dump("final_norm_out", xn.data(), {S, D});
   const int64_t V = cf.vocab_size;

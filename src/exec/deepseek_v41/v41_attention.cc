@@ -402,7 +402,26 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     if (profile::PhaseScope phase("attention: selected rows"); topk) read_selected(crows, pool_.get());
     std::vector<const float*> rows;
     std::vector<float> qT(hd * H), scores;
-    for (int64_t i = 0; i < S; ++i) {
+    const bool queries_over_threads = S > 1 && pool_ && pool_->num_threads() > 1;
+    if (queries_over_threads) {
+      // A prefill: its queries (independent output rows) split over the pool, each thread
+      // with its own row list and scratch. `ring` and `crows` are thread_local: the workers
+      // must use this thread's by pointer.
+      profile::PhaseScope phase("attention: queries over threads");
+      const float* const ring_rows = ring.data();
+      const SelectedRows* const sel = &crows;
+      pool_->parallel_for(S, [&](int64_t i0, int64_t i1) {
+        thread_local std::vector<const float*> t_rows;
+        thread_local std::vector<float> t_qT, t_scores;
+        for (int64_t i = i0; i < i1; ++i) {
+          gather_rows(i, ring_rows, *sel, t_rows);
+          attend_heads(i, t_rows, 0, H, t_qT, t_scores);
+        }
+      });
+    }
+    // Otherwise query by query, each query's rows or heads over the pool when it is large.
+    const int64_t serial_queries = queries_over_threads ? 0 : S;
+    for (int64_t i = 0; i < serial_queries; ++i) {
       gather_rows(i, ring.data(), crows, rows);
       // One KV row list for all heads (MQA): score every head against it at once, rows split
       // over the pool; then heads (independent output rows) split over the pool.

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/scratch.h"
+#include "base/thread_pool.h"
 #include "exec/deepseek_v41/v41_simd.h"
 #include "kernels/cpu_features.h"
 #include "model/dtype.h"
@@ -20,19 +21,23 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
   const int64_t nmix = (2 + hc) * hc;
   thread_local Scratch<float> s_raw, s_sq;  // written whole before they are read
   float* const raw = s_raw.get(S * nmix);
-  float* const sq = s_sq.get(hcD);
   v41::linear_f32(h, S, w.fn, nmix, hcD, raw, w.fn_packed.get(), pool);
   const float eps = static_cast<float>(norm_eps);
-  for (int64_t i = 0; i < S; ++i) {
-    const float* x = h + i * hcD;
-    for (int64_t k = 0; k < hcD; ++k) sq[k] = x[k] * x[k];
-    const float ms = v41::torch_sum(sq, hcD) / static_cast<float>(hcD);
-    const float rs = 1.0f / std::sqrt(ms + eps);
-    float* mix = &raw[i * nmix];
-    for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
-    v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters, static_cast<float>(hc_eps),
-                           pre + i * hc, post + i * hc, comb + i * hc * hc, vrows.tok(i), vrows.n);
-  }
+  // Tokens are independent: split over the pool (s_sq is each running thread's own).
+  parallel_rows(pool, S, 4, [&](int64_t i0, int64_t i1) {
+    float* const sqr = s_sq.get(hcD);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* x = h + i * hcD;
+      for (int64_t k = 0; k < hcD; ++k) sqr[k] = x[k] * x[k];
+      const float ms = v41::torch_sum(sqr, hcD) / static_cast<float>(hcD);
+      const float rs = 1.0f / std::sqrt(ms + eps);
+      float* mix = &raw[i * nmix];
+      for (int64_t k = 0; k < nmix; ++k) mix[k] = mix[k] * rs;
+      v41::hc_split_sinkhorn(mix, w.scale.f32(), w.base.f32(), hc, iters,
+                             static_cast<float>(hc_eps), pre + i * hc, post + i * hc,
+                             comb + i * hc * hc, vrows.tok(i), vrows.n);
+    }
+  });
 }
 
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
@@ -57,14 +62,17 @@ static __attribute__((target("avx512f"))) int64_t hc_pre_avx512(const float* h, 
   }
   return d;
 }
-void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y) {
+void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
+            ThreadPool* pool) {
   const bool v512 = kernels::avx512_active();
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t d = v512 ? hc_pre_avx512(h, pre, i, hc, D, y) : 0; d < D; ++d) {
-      float acc = 0.0f;
-      for (int c = 0; c < hc; ++c) acc += pre[i * hc + c] * h[(i * hc + c) * D + d];
-      y[i * D + d] = round_to_bf16(acc);
-    }
+  parallel_rows(pool, S, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t d = v512 ? hc_pre_avx512(h, pre, i, hc, D, y) : 0; d < D; ++d) {
+        float acc = 0.0f;
+        for (int c = 0; c < hc; ++c) acc += pre[i * hc + c] * h[(i * hc + c) * D + d];
+        y[i * D + d] = round_to_bf16(acc);
+      }
+  });
 }
 
 // h[s, j, d] <- bf16(post[j] * f[d] + sum_i comb[i, j] * h[s, i, d])  (Block.hc_post)
@@ -85,11 +93,12 @@ static __attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f,
 #pragma GCC diagnostic pop
 
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h) {
+             float* h, ThreadPool* pool) {
   const bool v512 = kernels::avx512_active();
+  parallel_rows(pool, S, 8, [&](int64_t s0, int64_t s1) {
   thread_local Scratch<float> s_res;
   float* const res = s_res.get(hc * D);  // a copy of each token's streams, written whole
-  for (int64_t s = 0; s < S; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     float* hs = h + s * hc * D;
     std::copy_n(hs, hc * D, res);
     const float* cb = comb + s * hc * hc;
@@ -103,6 +112,7 @@ void hc_post(const float* f, const float* post, const float* comb, int64_t S, in
       }
     }
   }
+  });
 }
 
 

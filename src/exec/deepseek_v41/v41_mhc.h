@@ -25,9 +25,12 @@ void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, in
               double norm_eps, double hc_eps, float* pre, float* post, float* comb,
               CallRows vrows, ThreadPool* pool);
 // y[s, d] = bf16(sum_c pre[s, c] * h[s, c, d]).
-void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y);
+// Tokens split over `pool` (optional; same bits at any split).
+void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
+            ThreadPool* pool = nullptr);
 // h[s, j, d] <- bf16(post[s, j] * f[s, d] + sum_i comb[s, i, j] * h[s, i, d]) (in place).
+// Tokens split over `pool` (optional; same bits at any split).
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h);
+             float* h, ThreadPool* pool = nullptr);
 
 }  // namespace strata::v41
