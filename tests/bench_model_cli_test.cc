@@ -141,7 +141,11 @@ TEST(BenchModelCli, PrefillGflopsCountTheCheckpointsGemmWeights) {
   EXPECT_NEAR(j["prefill_sgemm_ratio"].get<double>(), gf / sg, 1e-9 * gf / sg);
   const auto k = bench_json("--prompt-tokens 8 --decode-tokens 1 --repeats 1 --threads 1 --sgemm-size 0");
   ASSERT_FALSE(k.is_null());
-  EXPECT_EQ(k["sgemm_gflops"].get<double>(), 0.0);  // skipped
+  EXPECT_TRUE(k["sgemm_gflops"].is_null()) << k["sgemm_gflops"];  // skipped
+  EXPECT_TRUE(k["prefill_sgemm_ratio"].is_null());
+  std::string out;  // a negative size is a usage error that names the range
+  EXPECT_EQ(run_strata("bench model --model " + v41_dir() + " --sgemm-size -5", &out, true), 2);
+  EXPECT_NE(out.find("not in range 0 to 16384"), std::string::npos) << out;
 }
 
 // The Llama path (embedded stories260K): per layer wq, wo [64, 64], wk, wv [4 kv heads x 8, 64]

@@ -277,11 +277,13 @@ int run_bench_model(BenchModelCli& o) {
                         {"anon_memory_mib", mem.anon_kib / 1024.0},
                         {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
                         {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
-                        {"prefill_gemm_flops_per_token", prefill_flops},
-                        {"prefill_gflops", prefill_gflops},
-                        {"sgemm_gflops", sgemm_gflops},
-                        {"sgemm_size", o.sgemm_size},
-                        {"prefill_sgemm_ratio", sgemm_gflops > 0 ? prefill_gflops / sgemm_gflops : 0}};
+                        {"sgemm_size", o.sgemm_size}};
+    // Unknown (a runner without a FLOP count) or skipped (--sgemm-size 0): null, not 0.
+    auto known = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    j["prefill_gemm_flops_per_token"] = known(prefill_flops);
+    j["prefill_gflops"] = known(prefill_gflops);
+    j["sgemm_gflops"] = known(sgemm_gflops);
+    j["prefill_sgemm_ratio"] = known(sgemm_gflops > 0 ? prefill_gflops / sgemm_gflops : 0);
     if (sb)
       j["speculative"] = {{"config", o.speculative_config},
                           {"plain_decode_tok_s", sb->plain_tok_s},
@@ -327,7 +329,7 @@ int run_bench_model(BenchModelCli& o) {
       fmt::print("sgemm          {:.1f} GFLOP/s (OpenBLAS cblas_sgemm {}^3 f32, {} threads, best of 3)\n",
                  sgemm_gflops, o.sgemm_size, threads);
     if (prefill_flops > 0)
-      fmt::print("prefill GEMMs  {:.1f} GFLOP/s ({:.3f} GFLOP of weight GEMMs per prompt token){}\n",
+      fmt::print("prefill GEMMs  {:.1f} GFLOP/s ({:.4g} GFLOP of weight GEMMs per prompt token){}\n",
                  prefill_gflops, prefill_flops / 1e9,
                  sgemm_gflops > 0 ? fmt::format(" = {:.2f}x sgemm", prefill_gflops / sgemm_gflops)
                                   : std::string());
@@ -411,7 +413,7 @@ void setup_bench_model(CLI::App& app) {
         ->delimiter(',');
     cmd->add_option("--sgemm-size", o->sgemm_size,
                     "Edge of the OpenBLAS sgemm measured first as the prefill peer (0: skip)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0, 16384));
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
