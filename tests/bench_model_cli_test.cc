@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -101,8 +102,12 @@ TEST(BenchModelCli, BreakdownPhasesAddUpToTheDecodeToken) {
 // linear weights and mHC mixes; FP4 experts, stored two codes per I8 byte, at top-k / n of
 // all experts), the GFLOP/s is that times the reported prefill rate, and OpenBLAS sgemm was
 // measured (positive, at the requested size).
-TEST(BenchModelCli, PrefillGflopsCountTheCheckpointsGemmWeights) {
-  std::ifstream f(v41_dir() + "/model.safetensors", std::ios::binary);
+// 2 x the backbone's GEMM weight elements of a checkpoint, from its safetensors header: the
+// linear weights (names ending in one of `dense`), mHC mixes, and routed experts (FP4 stored
+// two codes per I8 byte) at `k_of_n` of all of them.
+int64_t header_gemm_flops(const std::string& file, const std::vector<std::string>& dense,
+                          double k_of_n) {
+  std::ifstream f(file, std::ios::binary);
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);
   std::string hdr(n, '\0');
@@ -111,26 +116,55 @@ TEST(BenchModelCli, PrefillGflopsCountTheCheckpointsGemmWeights) {
   auto ends = [](const std::string& s, const std::string& t) {
     return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
   };
-  int64_t dense = 0, routed = 0;
+  int64_t d = 0, routed = 0;
   for (const auto& [name, t] : h.items()) {
     if (name.rfind("layers.", 0) != 0) continue;
     int64_t e = 1;
-    for (int64_t d : t["shape"]) e *= d;
+    for (int64_t x : t["shape"]) e *= x;
     if (name.find(".ffn.experts.") != std::string::npos && ends(name, ".weight")) {
       routed += t["dtype"] == "I8" ? 2 * e : e;
       continue;
     }
-    for (const char* suf : {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight",
-                            "attn.wo_a.weight", "attn.wo_b.weight", "compressor.wkv.weight",
-                            "compressor.wgate.weight", "indexer.wq_b.weight",
-                            "indexer.weights_proj.weight", "indexer.wk.weight",
-                            "ffn.gate.weight", "shared_experts.w1.weight",
-                            "shared_experts.w2.weight", "shared_experts.w3.weight",
-                            "engram.wkv.weight", "hc_attn_fn", "hc_ffn_fn"})
-      if (ends(name, suf)) dense += e;
+    for (const std::string& suf : dense)
+      if (ends(name, suf)) d += e;
   }
+  return 2 * (d + static_cast<int64_t>(static_cast<double>(routed) * k_of_n));
+}
+
+// The V4 path (tiny V4-Flash): its compressors (kv and indexer) and no Engram; 6 routed
+// experts, 2 per token (config.json).
+TEST(BenchModelCli, PrefillGflopsOfTheV4Path) {
+  const std::string dir = std::string(std::getenv("STRATA_SOURCE_DIR") ? std::getenv("STRATA_SOURCE_DIR")
+                                                                       : STRATA_SOURCE_DIR) +
+                          "/models/deepseek-v4flash-tiny";
+  const int64_t want = header_gemm_flops(
+      dir + "/model.safetensors",
+      {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
+       "attn.wo_b.weight", "compressor.wkv.weight", "compressor.wgate.weight",
+       "indexer.wq_b.weight", "indexer.weights_proj.weight", "ffn.gate.weight",
+       "shared_experts.w1.weight", "shared_experts.w2.weight", "shared_experts.w3.weight",
+       "hc_attn_fn", "hc_ffn_fn"},
+      2.0 / 6.0);
+  std::string out;
+  ASSERT_EQ(run_strata("bench model --model " + dir + " --prompt-tokens 8 --decode-tokens 1 "
+                       "--repeats 1 --threads 1 --sgemm-size 0 --bandwidth-mib 8 --json",
+                       &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(j["prefill_gemm_flops_per_token"].get<double>(), static_cast<double>(want));
+}
+
+TEST(BenchModelCli, PrefillGflopsCountTheCheckpointsGemmWeights) {
   // config: 8 routed experts, 2 per token
-  const int64_t want = 2 * (dense + routed * 2 / 8);
+  const int64_t want = header_gemm_flops(
+      v41_dir() + "/model.safetensors",
+      {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
+       "attn.wo_b.weight", "compressor.wkv.weight", "compressor.wgate.weight",
+       "indexer.wq_b.weight", "indexer.weights_proj.weight", "indexer.wk.weight",
+       "ffn.gate.weight", "shared_experts.w1.weight", "shared_experts.w2.weight",
+       "shared_experts.w3.weight", "engram.wkv.weight", "hc_attn_fn", "hc_ffn_fn"},
+      2.0 / 8.0);
   const auto j = bench_json("--prompt-tokens 8 --decode-tokens 1 --repeats 1 --threads 1 --sgemm-size 128");
   ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j["prefill_gemm_flops_per_token"].get<double>(), static_cast<double>(want));

@@ -77,4 +77,31 @@ StatusOr<std::unique_ptr<GoldenTarget>> make_deepseek_golden_target(const std::s
   return make_deepseek_v41_golden_target(dir, threads, shape);
 }
 
+int64_t DeepseekV4Runner::prefill_flops_per_token() const {
+  const DeepseekConfig& c = model().config();
+  const DeepseekV4Weights& w = model().weights();
+  auto lin = [](const V41Linear& l) { return l.present() ? l.out * l.in : int64_t{0}; };
+  auto view = [](const TensorView& t) { return t.data ? t.numel() : int64_t{0}; };
+  auto comp = [&](const V4CompressorWeights& cw) {
+    return cw.present ? view(cw.wkv) + view(cw.wgate) : int64_t{0};
+  };
+  auto expert = [&](const V41ExpertWeights& e) { return lin(e.w1) + lin(e.w2) + lin(e.w3); };
+  int64_t n = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const V4BlockWeights& b = w.layer(l);
+    const V4AttentionWeights& a = b.attn;
+    n += view(b.hc_attn.fn) + view(b.hc_ffn.fn);
+    n += lin(a.wq_a) + lin(a.wq_b) + lin(a.wkv) + lin(a.wo_a) + lin(a.wo_b) + comp(a.compressor);
+    if (a.indexer.present)
+      n += lin(a.indexer.wq_b) + lin(a.indexer.weights_proj) + comp(a.indexer.compressor);
+    n += view(b.ffn.gate_weight) + expert(b.ffn.shared);
+    if (!b.ffn.experts.empty()) {
+      int64_t all = 0;
+      for (const V41ExpertWeights& e : b.ffn.experts) all += expert(e);
+      n += all * c.layers[l].n_activated_experts / static_cast<int64_t>(b.ffn.experts.size());
+    }
+  }
+  return 2 * n;
+}
+
 }  // namespace strata

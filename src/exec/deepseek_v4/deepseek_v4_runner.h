@@ -40,6 +40,10 @@ class DeepseekV4Runner
   }
   StatusOr<std::vector<int32_t>> draft_tokens(SeqId seq, int32_t next, int max_k,
                                               std::vector<float>* confidence) override;
+  // ModelRunner::prefill_flops_per_token: the backbone's mHC mixes, attention projections,
+  // compressors (kv and indexer), indexer wq_b / weights_proj, MoE gate, shared expert and the
+  // routed experts at top-k / n.
+  int64_t prefill_flops_per_token() const override;
 
  private:
   DeepseekV4Runner() = default;
