@@ -168,14 +168,27 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   const int me = ep > 1 ? expert_comm_->rank() : 0;
   std::vector<float> y(S * D, 0.0f), xs, eo(rows * D);
   std::vector<int64_t> rows_per_rank(ep, 0);
+  std::vector<const Call1*> mine;  // this rank's expert calls
   for (const Call1& call : calls) {
     const int owner = ep > 1 ? expert_owner(call.e, E, ep) : 0;
+    rows_per_rank[owner] += static_cast<int64_t>(call.toks.size());
+    if (owner == me) mine.push_back(&call);
+  }
+  auto run_call = [&](const Call1& call, std::vector<float>& xbuf) {
     const int64_t n = static_cast<int64_t>(call.toks.size());
-    rows_per_rank[owner] += n;
-    if (owner != me) continue;
-    xs.resize(n * D);
-    for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xs[r * D]);
-    expert(mw.experts[call.e], xs.data(), n, call.rw.data(), /*clamp=*/true, &eo[call.off * D]);
+    xbuf.resize(n * D);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xbuf[r * D]);
+    expert(mw.experts[call.e], xbuf.data(), n, call.rw.data(), /*clamp=*/true, &eo[call.off * D]);
+  };
+  if (S > 1 && pool_ && pool_->num_threads() > 1 && mine.size() > 1) {
+    // A prefill: whole experts over the threads (each expert's GEMMs then run inline on its
+    // thread; their output rows are disjoint), rather than every small GEMM split in turn.
+    pool_->parallel_for_stealing(static_cast<int64_t>(mine.size()), [&](int64_t b, int64_t e) {
+      std::vector<float> xbuf;
+      for (int64_t i = b; i < e; ++i) run_call(*mine[i], xbuf);
+    }, 1);
+  } else {
+    for (const Call1* call : mine) run_call(*call, xs);
   }
   if (ep > 1) expert_comm_->allgather_rows(eo.data(), rows_per_rank, D);
   for (const Call1& call : calls)
