@@ -8,12 +8,9 @@
 #include <limits>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "base/check.h"
 #include "base/thread_pool.h"
-#include "exec/deepseek_v41/v41_simd.h"
-#include "kernels/cpu_features.h"
+#include "exec/deepseek_v41/v41_mhc.h"
 #include "exec/deepseek_v41/v41_ops.h"
 #include "kernels/block_gemm.h"
 #include "kernels/seq_gemm.h"
@@ -315,84 +312,14 @@ void hc_mixes(const float* h, int64_t S, int hc, int64_t D, const V41MhcWeights&
   });
 }
 
-namespace {
-// The loops over d below run 16 lanes at a time on AVX-512 CPUs, each lane's operations in
-// the scalar loop's order (the first product, then rounded adds; the build has no FP
-// contraction), so both forms give the same bits (V4Ops.HcPrePostSameBitsAcrossIsa).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) int64_t hc_pre_avx512(const float* h, const float* pre,
-                                                         int hc, int64_t D, float* y) {
-  int64_t d = 0;
-  for (; d + 16 <= D; d += 16) {
-    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(pre[0]), _mm512_loadu_ps(h + d));
-    for (int c = 1; c < hc; ++c)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(pre[c]), _mm512_loadu_ps(h + c * D + d)));
-    _mm512_storeu_ps(y + d, v41::bf16_round16(acc));
-  }
-  return d;
-}
-
-__attribute__((target("avx512f"))) int64_t hc_post_avx512(const float* f, float pj,
-                                                          const float* cb, const float* res,
-                                                          int hc, int j, int64_t D, float* out) {
-  int64_t d = 0;
-  for (; d + 16 <= D; d += 16) {
-    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(cb[j]), _mm512_loadu_ps(res + d));
-    for (int i = 1; i < hc; ++i)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(cb[i * hc + j]),
-                                             _mm512_loadu_ps(res + i * D + d)));
-    const __m512 a = _mm512_mul_ps(_mm512_set1_ps(pj), _mm512_loadu_ps(f + d));
-    _mm512_storeu_ps(out + d, v41::bf16_round16(_mm512_add_ps(a, acc)));
-  }
-  return d;
-}
-#pragma GCC diagnostic pop
-}  // namespace
-
 void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
             ThreadPool* pool) {
-  const bool v512 = kernels::avx512_active() && hc >= 1;
-  parallel_rows(pool, S, 8, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* hi = h + i * hc * D;
-      const float* pi = pre + i * hc;
-      for (int64_t d = v512 ? hc_pre_avx512(hi, pi, hc, D, y + i * D) : 0; d < D; ++d) {
-        float acc = 0.0f;
-        for (int c = 0; c < hc; ++c) {
-          const float p = pi[c] * hi[c * D + d];
-          acc = c == 0 ? p : acc + p;
-        }
-        y[i * D + d] = round_to_bf16(acc);
-      }
-    }
-  });
+  v41::hc_pre(h, pre, S, hc, D, y, pool, v41::SumStart::kFirstTerm);
 }
 
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
              float* h, ThreadPool* pool) {
-  const bool v512 = kernels::avx512_active() && hc >= 1;
-  parallel_rows(pool, S, 8, [&](int64_t s0, int64_t s1) {
-    std::vector<float> res(hc * D);
-    for (int64_t s = s0; s < s1; ++s) {
-      float* hs = h + s * hc * D;
-      std::copy_n(hs, hc * D, res.data());
-      const float* cb = comb + s * hc * hc;
-      for (int j = 0; j < hc; ++j) {
-        const float pj = post[s * hc + j];
-        int64_t d = v512 ? hc_post_avx512(f + s * D, pj, cb, res.data(), hc, j, D, hs + j * D) : 0;
-        for (; d < D; ++d) {
-          float acc = 0.0f;
-          for (int i = 0; i < hc; ++i) {
-            const float p = cb[i * hc + j] * res[i * D + d];
-            acc = i == 0 ? p : acc + p;
-          }
-          const float a = pj * f[s * D + d];
-          hs[j * D + d] = round_to_bf16(a + acc);
-        }
-      }
-    }
-  });
+  v41::hc_post(f, post, comb, S, hc, D, h, pool, v41::SumStart::kFirstTerm);
 }
 
 void hc_head(const float* h, int64_t S, int hc, int64_t D, const float* fn, const float* base,

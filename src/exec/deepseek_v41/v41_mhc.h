@@ -24,13 +24,16 @@ namespace strata::v41 {
 void hc_mixes(const float* h, int64_t S, int64_t hcD, const V41MhcWeights& w, int hc, int iters,
               double norm_eps, double hc_eps, float* pre, float* post, float* comb,
               CallRows vrows, ThreadPool* pool);
+// Where the fp32 sums over the streams start: from 0 (V4.1's reference), or from the first
+// product (V4's: the two differ only where every product is -0).
+enum class SumStart { kZero, kFirstTerm };
 // y[s, d] = bf16(sum_c pre[s, c] * h[s, c, d]).
-// Tokens split over `pool` (optional; same bits at any split).
+// Tokens split over `pool` (optional); AVX-512 lanes where active: same bits either way.
 void hc_pre(const float* h, const float* pre, int64_t S, int hc, int64_t D, float* y,
-            ThreadPool* pool = nullptr);
+            ThreadPool* pool = nullptr, SumStart start = SumStart::kZero);
 // h[s, j, d] <- bf16(post[s, j] * f[s, d] + sum_i comb[s, i, j] * h[s, i, d]) (in place).
-// Tokens split over `pool` (optional; same bits at any split).
+// Tokens split over `pool` (optional); AVX-512 lanes where active: same bits either way.
 void hc_post(const float* f, const float* post, const float* comb, int64_t S, int hc, int64_t D,
-             float* h, ThreadPool* pool = nullptr);
+             float* h, ThreadPool* pool = nullptr, SumStart start = SumStart::kZero);
 
 }  // namespace strata::v41
