@@ -10,7 +10,9 @@
 
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
+#include "dist/dcp_comm.h"
 #include "exec/llama/llama_runner.h"
+#include "exec/sequence_call_state.h"
 #include "model/checkpoint_fingerprint.h"
 
 namespace strata {
@@ -70,6 +72,9 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   RunnerOptions options = given;
   STRATA_RETURN_IF_ERROR(prepare_runner_tiers(dir, &options));
   if (arch == "LlamaForCausalLM" || arch == "llama") {
+    if (process_dcp_comm())
+      return invalid_argument("{}: decode context parallelism is built for the DeepSeek V4 / V4.1 "
+                              "compressed caches only, not yet for a plain-KV (Llama) model", dir);
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
@@ -83,6 +88,7 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
     cache.unit_store = options.unit_store;
     cache.salt = options.prefix_salt;
+    cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
     STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV41Runner::create(dir, load, options.name, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));
@@ -92,6 +98,7 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
     cache.unit_store = options.unit_store;
     cache.salt = options.prefix_salt;
+    cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
     STRATA_ASSIGN_OR_RETURN(auto r,
                             DeepseekV4Runner::create(dir, options.name, options.threads, cache));

@@ -2,11 +2,16 @@
 // consecutive ids, rows found by id.
 #include "exec/selected_rows.h"
 
+#include "dist/fake_dcp_comm.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace strata {
 namespace {
@@ -90,6 +95,40 @@ TEST(SelectedRows, ParallelPiecesReadEveryRowOnce) {
     EXPECT_EQ(par.row(g)[1], 0.5f);
     EXPECT_EQ(ser.row(g)[0], par.row(g)[0]);
   }
+}
+
+// With a DCP group each rank reads only the rows it owns, and after the gather every rank
+// sees every selected row with one rank's values (the rows of the others came through the
+// group's allgather), with and without a pool.
+TEST(SelectedRows, DcpRanksReadOwnRowsAndSeeAll) {
+  const std::vector<std::vector<int32_t>> lists = {{0, 1, 2, 5, 6, -1}, {7, 8, 9, 13}, {2, 21}};
+  const std::vector<int32_t> ids = {0, 1, 2, 5, 6, 7, 8, 9, 13, 21};
+  for (int D : {2, 3})
+    for (int64_t S : {1, 2, 4}) {
+      FakeDcpGroup group(D, S);
+      std::mutex mu;
+      std::vector<std::string> errors;
+      group.run([&](DcpComm& c) {
+        SelectedRows s;
+        s.gather(lists, 22, 3, [&](int64_t g0, int64_t n, float* out) {
+          for (int64_t i = 0; i < n; ++i) {
+            if (!c.owns(g0 + i)) {
+              std::lock_guard<std::mutex> l(mu);
+              errors.push_back(fmt::format("rank {} read row {} it does not own", c.rank(), g0 + i));
+            }
+            for (int j = 0; j < 3; ++j) out[3 * i + j] = static_cast<float>((g0 + i) * 10 + j);
+          }
+        }, nullptr, &c);
+        for (int32_t g : ids)
+          for (int j = 0; j < 3; ++j)
+            if (s.row(g)[j] != static_cast<float>(g * 10 + j)) {
+              std::lock_guard<std::mutex> l(mu);
+              errors.push_back(fmt::format("D {} S {} rank {} row {}[{}] = {}", D, S, c.rank(), g,
+                                           j, s.row(g)[j]));
+            }
+      });
+      EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : errors.front());
+    }
 }
 
 }  // namespace

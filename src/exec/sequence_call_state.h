@@ -18,11 +18,20 @@
 #include <utility>
 #include <vector>
 
+#include "dist/dcp_comm.h"
+#include "state/block_pool.h"
 #include "base/status.h"
 #include "model/deepseek_config.h"
 #include "state/sequence_cache.h"
 
 namespace strata {
+
+// The RowShard (state/block_pool.h) of a DCP communicator: this rank's share of the
+// compressed rows and index keys; null or one rank: every row.
+inline RowShard dcp_shard(const DcpComm* c) {
+  return c != nullptr && c->size() > 1 ? RowShard{c->rank(), c->size(), c->interleave()}
+                                       : RowShard{};
+}
 
 class CacheManager;
 class SequenceCache;
@@ -62,8 +71,8 @@ class SequenceCallState {
   // it) with capacity `max_tokens` positions; T(c, cm, seq, 0) must be accessible.
   template <class T>
   static StatusOr<std::unique_ptr<T>> create_owned(const DeepseekConfig& c, const StateGraph& graph,
-                                                   int64_t max_tokens) {
-    STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens));
+                                                   int64_t max_tokens, RowShard dcp = {}) {
+    STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens, dcp));
     std::unique_ptr<T> s(new T(c, &sc->cache(), sc->seq(), 0));
     s->owned_ = std::move(sc);
     return s;

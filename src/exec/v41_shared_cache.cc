@@ -26,6 +26,7 @@ V41SharedCache::V41SharedCache(const StateGraph& graph, const V41RunnerCacheOpti
   co.prefix_salt = o.salt;
   co.boundary_snapshots = o.restore == V41PrefixRestore::kStoredState;
   co.unit_store = o.unit_store;
+  co.dcp = o.dcp;
   if (!co.boundary_snapshots) co.snapshot_slots = 0;
   o_.max_seqs = co.max_seqs;
   cm_ = std::make_unique<CacheManager>(graph, co);
@@ -130,7 +131,7 @@ std::vector<V41KindUsage> V41SharedCache::usage(const std::vector<int64_t>& leng
   std::map<int, int64_t> cap;  // kind -> pool bytes
   int64_t pool_used = 0;
   for (const PoolInfo& p : cm_->pools()) {
-    const int64_t block_bytes = p.rows_per_block * p.row_bytes;
+    const int64_t block_bytes = p.block_bytes();
     cap[static_cast<int>(p.kind)] += p.num_blocks * block_bytes;
     pool_used += (p.num_blocks - p.num_free) * block_bytes;
   }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "state/block_pool.h"
 
 namespace strata {
 
@@ -58,6 +59,8 @@ struct V41RunnerCacheOptions {
   int64_t replay_tokens = -1;
   // Tiers below the working pool (CacheOptions::unit_store); null = none.
   std::shared_ptr<UnitStore> unit_store;
+  // This rank's share of the compressed rows / index keys under DCP (CacheOptions::dcp).
+  RowShard dcp;
 };
 
 struct V41KindUsage {

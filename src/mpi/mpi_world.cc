@@ -25,45 +25,75 @@ void finalize_at_exit() {
   if (!fin) MPI_Finalize();
 }
 
+// In-place MPI_Allgatherv of float rows over MPI_COMM_WORLD, counts first (the contract of
+// ExpertComm::allgather_rows and DcpComm::allgather_rows); `what` names the layout in errors.
+void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& rows_per_rank,
+                    int64_t row_floats) {
+  const int n = mpi_size(), me = mpi_rank();
+  STRATA_CHECK(static_cast<int>(rows_per_rank.size()) == n);
+  // Counts first: every rank says how many rows it sends; they must be what every rank
+  // derived from the replicated state.
+  const int64_t mine = rows_per_rank[me];
+  std::vector<int64_t> said(n);
+  MPI_Allgather(&mine, 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  std::vector<int> counts(n), displs(n);
+  int64_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    STRATA_CHECK_MSG(said[r] == rows_per_rank[r],
+                     "{}: rank {} sends {} rows, rank {} expected {} (the ranks' replicated "
+                     "state diverged)", what, r, said[r], me, rows_per_rank[r]);
+    STRATA_CHECK_MSG(rows_per_rank[r] <= INT_MAX && at <= INT_MAX,
+                     "{}: {} rows exceed MPI's int counts", what, at + rows_per_rank[r]);
+    counts[r] = static_cast<int>(rows_per_rank[r]);
+    displs[r] = static_cast<int>(at);
+    at += rows_per_rank[r];
+  }
+  STRATA_CHECK_MSG(row_floats > 0 && row_floats <= INT_MAX, "{}: rows of {} floats", what,
+                   row_floats);
+  MPI_Datatype row;
+  MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
+  MPI_Type_commit(&row);
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row,
+                 MPI_COMM_WORLD);
+  MPI_Type_free(&row);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class MpiExpertComm final : public ExpertComm {
  public:
   int rank() const override { return mpi_rank(); }
   int size() const override { return mpi_size(); }
   double seconds() const override { return seconds_; }
-
   void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
                       int64_t row_floats) override {
     const auto t0 = std::chrono::steady_clock::now();
-    const int n = size(), me = rank();
-    STRATA_CHECK(static_cast<int>(rows_per_rank.size()) == n);
-    // Counts first: every rank says how many rows it sends; they must be what every rank
-    // derived from the replicated routing.
-    const int64_t mine = rows_per_rank[me];
-    std::vector<int64_t> said(n);
-    MPI_Allgather(&mine, 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-    std::vector<int> counts(n), displs(n);
-    int64_t at = 0;
-    for (int r = 0; r < n; ++r) {
-      STRATA_CHECK_MSG(said[r] == rows_per_rank[r],
-                       "expert parallel: rank {} sends {} rows, rank {} expected {} (the ranks' "
-                       "routing diverged)", r, said[r], me, rows_per_rank[r]);
-      STRATA_CHECK_MSG(rows_per_rank[r] <= INT_MAX && at <= INT_MAX,
-                       "expert parallel: {} rows exceed MPI's int counts", at + rows_per_rank[r]);
-      counts[r] = static_cast<int>(rows_per_rank[r]);
-      displs[r] = static_cast<int>(at);
-      at += rows_per_rank[r];
-    }
-    STRATA_CHECK_MSG(row_floats <= INT_MAX, "expert parallel: rows of {} floats", row_floats);
-    MPI_Datatype row;
-    MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
-    MPI_Type_commit(&row);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row,
-                   MPI_COMM_WORLD);
-    MPI_Type_free(&row);
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    strata::allgather_rows("expert parallel", buf, rows_per_rank, row_floats);
+    seconds_ += seconds_since(t0);
   }
 
  private:
+  double seconds_ = 0;
+};
+
+class MpiDcpComm final : public DcpComm {
+ public:
+  explicit MpiDcpComm(int64_t interleave) : interleave_(interleave) {}
+  int rank() const override { return mpi_rank(); }
+  int size() const override { return mpi_size(); }
+  int64_t interleave() const override { return interleave_; }
+  double seconds() const override { return seconds_; }
+  void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
+                      int64_t row_floats) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    strata::allgather_rows("decode context parallel", buf, rows_per_rank, row_floats);
+    seconds_ += seconds_since(t0);
+  }
+
+ private:
+  int64_t interleave_;
   double seconds_ = 0;
 };
 
@@ -105,5 +135,10 @@ int mpi_size() {
 }
 
 std::shared_ptr<ExpertComm> make_mpi_expert_comm() { return std::make_shared<MpiExpertComm>(); }
+
+std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave) {
+  STRATA_CHECK(interleave >= 1);
+  return std::make_shared<MpiDcpComm>(interleave);
+}
 
 }  // namespace strata

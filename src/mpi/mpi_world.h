@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
 
 namespace strata {
@@ -19,5 +20,8 @@ int mpi_rank();
 int mpi_size();
 // The expert-parallel communicator over MPI_COMM_WORLD (dist/expert_comm.h).
 std::shared_ptr<ExpertComm> make_mpi_expert_comm();
+// The DCP communicator over MPI_COMM_WORLD (every rank in one DCP group), interleave S >= 1
+// records (dist/dcp_comm.h).
+std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave);
 
 }  // namespace strata

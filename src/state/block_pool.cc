@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -13,9 +14,18 @@
 namespace strata {
 
 BlockPool::BlockPool(int64_t num_blocks, int64_t rows_per_block, int64_t row_bytes,
-                     bool with_storage)
-    : rows_per_block_(rows_per_block), row_bytes_(row_bytes), refcount_(num_blocks, 0) {
+                     bool with_storage, RowShard shard)
+    : rows_per_block_(rows_per_block),
+      stored_rows_(rows_per_block / std::max(1, shard.size)),
+      shard_(shard),
+      row_bytes_(row_bytes),
+      refcount_(num_blocks, 0) {
   STRATA_CHECK(num_blocks >= 0 && rows_per_block > 0 && row_bytes >= 0);
+  STRATA_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size &&
+               shard.interleave >= 1);
+  STRATA_CHECK_MSG(rows_per_block % (shard.interleave * shard.size) == 0,
+                   "BlockPool: {} rows per block do not split over {} ranks x interleave {}",
+                   rows_per_block, shard.size, shard.interleave);
   free_.reserve(num_blocks);
   // LIFO: lowest ids come out first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
@@ -37,6 +47,8 @@ BlockPool::~BlockPool() {
 
 BlockPool::BlockPool(BlockPool&& o) noexcept
     : rows_per_block_(o.rows_per_block_),
+      stored_rows_(o.stored_rows_),
+      shard_(o.shard_),
       row_bytes_(o.row_bytes_),
       refcount_(std::move(o.refcount_)),
       free_(std::move(o.free_)),
@@ -47,6 +59,8 @@ BlockPool& BlockPool::operator=(BlockPool&& o) noexcept {
   if (this != &o) {
     if (arena_) munmap(arena_, static_cast<size_t>(arena_bytes_));
     rows_per_block_ = o.rows_per_block_;
+    stored_rows_ = o.stored_rows_;
+    shard_ = o.shard_;
     row_bytes_ = o.row_bytes_;
     refcount_ = std::move(o.refcount_);
     free_ = std::move(o.free_);
@@ -81,7 +95,19 @@ bool BlockPool::unref(BlockId b) {
 
 uint8_t* BlockPool::row(BlockId b, int64_t r) {
   STRATA_CHECK(has_storage() && b >= 0 && b < num_blocks() && r >= 0 && r < rows_per_block_);
-  return arena_ + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
+  if (!shard_.sharded()) return arena_ + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
+  const int64_t S = shard_.interleave, D = shard_.size;
+  STRATA_CHECK_MSG(holds(r), "row {} of a block is stored by DCP rank {}, not rank {}", r,
+                   (r / S) % D, shard_.rank);
+  const int64_t slot = (r / (S * D)) * S + r % S;  // dist/dcp.h local_index
+  return arena_ + (static_cast<int64_t>(b) * stored_rows_ + slot) * row_bytes_;
+}
+uint8_t* BlockPool::block_data(BlockId b) {
+  STRATA_CHECK(has_storage() && b >= 0 && b < num_blocks());
+  return arena_ + static_cast<int64_t>(b) * stored_rows_ * row_bytes_;
+}
+const uint8_t* BlockPool::block_data(BlockId b) const {
+  return const_cast<BlockPool*>(this)->block_data(b);
 }
 const uint8_t* BlockPool::row(BlockId b, int64_t r) const {
   return const_cast<BlockPool*>(this)->row(b, r);
@@ -89,7 +115,7 @@ const uint8_t* BlockPool::row(BlockId b, int64_t r) const {
 
 void BlockPool::copy_block(BlockId dst, BlockId src) {
   if (!has_storage() || dst == src) return;
-  std::memcpy(row(dst, 0), row(src, 0), static_cast<size_t>(block_bytes()));
+  std::memcpy(block_data(dst), block_data(src), static_cast<size_t>(block_bytes()));
 }
 
 bool BlockPool::check_invariants(std::string* why) const {

@@ -110,5 +110,43 @@ TEST(BlockPool, ZeroSizedStorageHasNoArena) {
   EXPECT_FALSE(empty_rows.has_storage());
 }
 
+// A sharded pool (DCP) stores only its rank's rows, 1/D of each block, at dense slots; the
+// D ranks' pools together hold every row once; another rank's row is refused.
+TEST(BlockPool, ShardedPoolStoresItsRanksRows) {
+  for (int D : {2, 3})
+    for (int64_t S : {1, 2}) {
+      const int64_t rpb = 12, rb = 4;
+      std::vector<BlockPool> ranks;
+      for (int r = 0; r < D; ++r) ranks.emplace_back(2, rpb, rb, true, RowShard{r, D, S});
+      std::vector<int> holders(rpb, 0);
+      for (int r = 0; r < D; ++r) {
+        BlockPool& p = ranks[r];
+        EXPECT_EQ(p.rows_per_block(), rpb);
+        EXPECT_EQ(p.stored_rows(), rpb / D);
+        EXPECT_EQ(p.block_bytes(), rpb / D * rb);
+        const BlockId b = p.allocate();
+        std::vector<const uint8_t*> seen;
+        for (int64_t row = 0; row < rpb; ++row) {
+          if (!p.holds(row)) continue;
+          ++holders[row];
+          EXPECT_EQ((row / S) % D, r);
+          uint8_t* at = p.row(b, row);
+          // Inside the block's stored bytes, distinct slots.
+          EXPECT_GE(at, p.block_data(b));
+          EXPECT_LT(at, p.block_data(b) + p.block_bytes());
+          for (const uint8_t* q : seen) EXPECT_NE(q, at);
+          seen.push_back(at);
+          std::memset(at, static_cast<int>(row), rb);
+        }
+        for (int64_t row = 0; row < rpb; ++row)
+          if (p.holds(row)) EXPECT_EQ(p.row(b, row)[rb - 1], row);
+      }
+      for (int64_t row = 0; row < rpb; ++row) EXPECT_EQ(holders[row], 1) << row;
+    }
+  BlockPool p(1, 4, 4, true, RowShard{1, 2, 1});
+  EXPECT_DEATH(p.row(p.allocate(), 0), "stored by DCP rank 0, not rank 1");
+  EXPECT_DEATH(BlockPool(1, 6, 4, true, RowShard{0, 2, 2}), "do not split over 2 ranks");
+}
+
 }  // namespace
 }  // namespace strata

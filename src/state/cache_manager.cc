@@ -51,9 +51,24 @@ int64_t replay_exact_tokens(const StateGraph& g) {
   return ceil_div(w + (n - 1) * (w - 1), l) * l;
 }
 
+namespace {
+bool dcp_sharded_kind(StateKind k) {
+  return k == StateKind::kCompressedKv || k == StateKind::kIndexKeys;
+}
+}  // namespace
+
+int dcp_block_tokens(const StateGraph& g, const RowShard& dcp) {
+  int64_t l = default_block_tokens(g);
+  if (dcp.sharded())
+    for (const auto& o : g.owners())
+      if (dcp_sharded_kind(o.kind) && o.spec.grows())
+        l = std::lcm(l, int64_t{o.spec.ratio} * dcp.interleave * dcp.size);
+  return static_cast<int>(l);
+}
+
 CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     : graph_(graph), opts_(opts), impl_(std::make_unique<Impl>()) {
-  block_tokens_ = opts_.block_tokens > 0 ? opts_.block_tokens : default_block_tokens(graph_);
+  block_tokens_ = opts_.block_tokens > 0 ? opts_.block_tokens : dcp_block_tokens(graph_, opts_.dcp);
   for (int r : graph_.growth_ratios())
     STRATA_CHECK_MSG(block_tokens_ % r == 0, "block_tokens {} is not a multiple of ratio {}",
                      block_tokens_, r);
@@ -70,6 +85,11 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     if (s.transient() || s.row_bytes == 0) continue;
     if (s.fixed() && s.rows_fixed == 0) continue;
     const int64_t rpb = s.grows() ? block_tokens_ / s.ratio : s.rows_fixed;
+    if (opts_.dcp.sharded() && dcp_sharded_kind(o.kind))
+      STRATA_CHECK_MSG(rpb % (opts_.dcp.interleave * opts_.dcp.size) == 0,
+                       "block_tokens {}: {} rows per block of {} do not split over {} DCP ranks x "
+                       "interleave {}", block_tokens_, rpb, o.label, opts_.dcp.size,
+                       opts_.dcp.interleave);
     auto key = std::make_tuple(static_cast<int>(o.kind), s.ratio, rpb, s.row_bytes);
     auto it = key_to_pool.find(key);
     int p;
@@ -97,7 +117,8 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     int64_t per_owner = grows ? ceil_div(opts_.max_tokens, block_tokens_) + opts_.max_seqs
                               : opts_.max_seqs + (I.snapshots ? opts_.snapshot_slots : 0);
     pi.num_blocks = per_owner * owners_in_pool[p];
-    I.pools.emplace_back(pi.num_blocks, pi.rows_per_block, pi.row_bytes, opts_.allocate_storage);
+    I.pools.emplace_back(pi.num_blocks, pi.rows_per_block, pi.row_bytes, opts_.allocate_storage,
+                         dcp_sharded_kind(pi.kind) ? opts_.dcp : RowShard{});
   }
   // Root of the hash chain: model identity, formats, unit, salt.
   std::string id = fmt::format("{}|u{}|salt{}", graph_.model_name(), block_tokens_,
@@ -112,6 +133,8 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     if (p < 0) continue;
     id += fmt::format("|o{}:p{}:{}x{}", o.id, p, I.pools[p].rows_per_block(),
                       I.pools[p].row_bytes());
+    if (const RowShard& sh = I.pools[p].shard(); sh.sharded())  // a rank's rows only
+      id += fmt::format(":dcp{}/{}/{}", sh.rank, sh.size, sh.interleave);
     if (I.paged[o.id]) I.paged_sizes.push_back(I.pools[p].block_bytes());
     if (I.ringfixed[o.id]) {
       I.ringfixed_owners.push_back(o.id);
@@ -464,7 +487,7 @@ void CacheManager::commit(const StepPlan& plan) {
               STRATA_CHECK(static_cast<int64_t>(obj.sections.at(sec).size()) ==
                            I.pools[p].block_bytes());
               if (I.pools[p].has_storage())
-                std::memcpy(I.pools[p].row(b, 0), obj.sections[sec].data(),
+                std::memcpy(I.pools[p].block_data(b), obj.sections[sec].data(),
                             obj.sections[sec].size());
             }
           } else if (I.pools[p].has_storage()) {
@@ -731,9 +754,14 @@ void CacheManager::raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t
     STRATA_CHECK_MSG(blk < static_cast<int64_t>(tab_.size()), "seq {} owner {}: row {} not allocated",
                      seq, owner, row);
     // The rest of this block's rows in one run (a ring wraps at the block's end).
-    const uint8_t* base = pool_.row(tab_[blk], 0);
     const int64_t r0 = row % rpb, m = std::min(n - i, rpb - r0);
-    for (int64_t j = 0; j < m; ++j) out[i + j] = base + (r0 + j) * rb;
+    if (pool_.shard().sharded()) {  // null: a row another DCP rank stores
+      for (int64_t j = 0; j < m; ++j)
+        out[i + j] = pool_.holds(r0 + j) ? pool_.row(tab_[blk], r0 + j) : nullptr;
+    } else {
+      const uint8_t* base = pool_.block_data(tab_[blk]);
+      for (int64_t j = 0; j < m; ++j) out[i + j] = base + (r0 + j) * rb;
+    }
     i += m;
   }
 }
@@ -832,6 +860,7 @@ std::vector<PoolInfo> CacheManager::pools() const {
   for (size_t p = 0; p < out.size(); ++p) {
     out[p].num_blocks = impl_->pools[p].num_blocks();
     out[p].num_free = impl_->pools[p].num_free();
+    out[p].stored_rows = impl_->pools[p].stored_rows();
   }
   return out;
 }

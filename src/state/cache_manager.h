@@ -81,7 +81,18 @@ struct CacheOptions {
   // fetches and verifies the objects it would restore (a corrupt or foreign one is rejected
   // and the match stops there: those positions are recomputed).
   std::shared_ptr<UnitStore> unit_store;
+  // Decode context parallelism (dist/dcp_comm.h): with size D > 1 the compressed-KV and
+  // index-key pools store only this rank's records (BlockPool's RowShard: record g of a
+  // sequence is rank (g / S) mod D's), so their blocks hold 1/D of the rows. The default
+  // block_tokens then also makes every such pool's rows per block a multiple of S * D
+  // (dcp_block_tokens); an explicit block_tokens that does not is a CHECK failure.
+  RowShard dcp;
 };
+
+// The default block_tokens under DCP: default_block_tokens(g), raised to a multiple of
+// ratio * S * D for every compressed-KV / index-key ratio (so each block starts an ownership
+// period). Equals default_block_tokens(g) when dcp.size == 1.
+int dcp_block_tokens(const StateGraph& g, const RowShard& dcp);
 
 // Tokens a bounded-replay restore recomputes before a prefix-hit boundary: the smallest
 // multiple of every growth ratio that covers the widest window ring (0 if the graph has no
@@ -133,6 +144,8 @@ struct PoolInfo {
   int ratio;
   int64_t rows_per_block, row_bytes, num_blocks, num_free;
   std::vector<OwnerId> owners;
+  int64_t stored_rows = 0;  // rows a block stores: rows_per_block, or 1/D of them under DCP
+  int64_t block_bytes() const { return stored_rows * row_bytes; }
 };
 
 class CacheManager {

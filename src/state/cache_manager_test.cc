@@ -684,5 +684,68 @@ TEST(CacheManagerTruncate, RingOrFixedStateIsUnimplemented) {
   EXPECT_EQ(cm.num_computed(1), 10);
 }
 
+// Under DCP the compressed-KV and index-key pools of a rank store 1/D of the rows: the
+// default unit becomes a multiple of ratio * S * D, a rank writes and reads back the records
+// it owns, raw_rows gives null for the others, and its blocks of those kinds are 1/D the bytes
+// of one rank's (the window and compressor kinds are replicated, unchanged).
+TEST(CacheManager, DcpRanksStoreTheirOwnRecords) {
+  auto cfg = tiny_v41();
+  auto g = StateGraph::from_deepseek(cfg);
+  ASSERT_TRUE(g.ok());
+  const int D = 2;
+  const int64_t S = 3;
+  EXPECT_EQ(dcp_block_tokens(*g, RowShard{}), default_block_tokens(*g));
+  const int bt = dcp_block_tokens(*g, RowShard{0, D, S});
+  for (int r : g->growth_ratios()) EXPECT_EQ(bt % (r * S * D), 0) << r;
+  const OwnerId ck = g->find_owner(StateKind::kCompressedKv, 2);
+  ASSERT_GE(ck, 0);
+  const int m = g->owner(ck).spec.ratio;
+  const int64_t len = 3 * bt + 5;
+  std::vector<int32_t> toks(len);
+  for (int64_t i = 0; i < len; ++i) toks[i] = static_cast<int32_t>(3 + i % 50);
+  CacheManager one(*g, CacheOptions{.block_tokens = bt, .max_seqs = 1, .max_tokens = 4 * bt});
+  one.add_sequence(1, toks);
+  StepPlan p1 = one.plan_step({{1, len}});
+  ASSERT_EQ(p1.outcome, PlanOutcome::kOk);
+  one.commit(p1);
+  const int64_t rows = len / m;
+  for (int rank = 0; rank < D; ++rank) {
+    CacheManager cm(*g, CacheOptions{.max_seqs = 1, .max_tokens = 4 * bt,
+                                     .dcp = RowShard{rank, D, S}});
+    EXPECT_EQ(cm.block_tokens(), bt);
+    cm.add_sequence(1, toks);
+    StepPlan p = cm.plan_step({{1, len}});
+    ASSERT_EQ(p.outcome, PlanOutcome::kOk);
+    cm.commit(p);
+    std::vector<float> x(g->owner(ck).spec.row_elems), y(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      if ((r / S) % D != rank) continue;
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((r * 7 + i) % 5) - 2.0f;
+      cm.write_row(1, ck, r, x.data());
+    }
+    std::vector<const uint8_t*> raw(rows);
+    cm.raw_rows(1, ck, 0, rows, raw.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool mine = (r / S) % D == rank;
+      EXPECT_EQ(raw[r] != nullptr, mine) << "rank " << rank << " row " << r;
+      if (!mine) continue;
+      cm.read_row(1, ck, r, y.data());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((r * 7 + i) % 5) - 2.0f;
+      qdq_state_row(g->owner(ck).spec, x.data());  // the serving format's value
+      ASSERT_EQ(y, x) << r;
+    }
+    const auto mine = cm.pools(), full = one.pools();
+    ASSERT_EQ(mine.size(), full.size());
+    for (size_t q = 0; q < mine.size(); ++q) {
+      const bool sharded =
+          mine[q].kind == StateKind::kCompressedKv || mine[q].kind == StateKind::kIndexKeys;
+      EXPECT_EQ(mine[q].block_bytes() * (sharded ? D : 1), full[q].block_bytes())
+          << state_kind_name(mine[q].kind);
+    }
+    cm.finish_step(p);
+  }
+  one.finish_step(p1);
+}
+
 }  // namespace
 }  // namespace strata

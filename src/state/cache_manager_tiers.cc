@@ -144,7 +144,7 @@ CacheManager::Entry& CacheManager::materialize(uint64_t key) {
     const OwnerId o = I.paged_owners[i];
     BlockPool& pool = I.pools[I.pool_of[o]];
     const BlockId b = pool.allocate();
-    if (pool.has_storage()) std::memcpy(pool.row(b, 0), obj.sections[i].data(), obj.sections[i].size());
+    if (pool.has_storage()) std::memcpy(pool.block_data(b), obj.sections[i].data(), obj.sections[i].size());
     ne.paged[o] = b;
   }
   if (ne.index > 0) ++I.entries.at(ne.parent).children;
@@ -166,7 +166,7 @@ void CacheManager::store_entry(const Entry& e) {
   o.tokens = e.tokens;
   auto block = [&](OwnerId owner, BlockId b) {
     const BlockPool& pool = I.pools[I.pool_of[owner]];
-    const uint8_t* p = pool.row(b, 0);
+    const uint8_t* p = pool.block_data(b);
     o.sections.emplace_back(p, p + pool.block_bytes());
   };
   for (OwnerId owner : I.paged_owners) block(owner, e.paged[owner]);

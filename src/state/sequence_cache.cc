@@ -6,7 +6,7 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<SequenceCache>> SequenceCache::create(const StateGraph& graph,
-                                                               int64_t max_tokens) {
+                                                               int64_t max_tokens, RowShard dcp) {
   if (max_tokens <= 0) return invalid_argument("SequenceCache: max_tokens {} <= 0", max_tokens);
   auto sc = std::unique_ptr<SequenceCache>(new SequenceCache());
   CacheOptions o;
@@ -14,6 +14,7 @@ StatusOr<std::unique_ptr<SequenceCache>> SequenceCache::create(const StateGraph&
   o.max_tokens = max_tokens;
   o.snapshot_slots = 0;
   o.prefix_cache = false;
+  o.dcp = dcp;
   sc->cm_ = std::make_unique<CacheManager>(graph, o);
   sc->max_tokens_ = max_tokens;
   sc->cm_->add_sequence(sc->seq_, {});

@@ -25,8 +25,9 @@ namespace strata {
 
 class SequenceCache {
  public:
+  // `dcp`: this rank's share of the compressed-KV / index-key rows (CacheOptions::dcp).
   static StatusOr<std::unique_ptr<SequenceCache>> create(const StateGraph& graph,
-                                                         int64_t max_tokens);
+                                                         int64_t max_tokens, RowShard dcp = {});
   Status begin_step(const std::vector<int32_t>& ids);
   void end_step();
   void reset();

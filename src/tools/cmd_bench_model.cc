@@ -45,7 +45,7 @@ struct BenchModelCli {
   int sgemm_size = 2048;
   std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
-  bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
+  RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
   std::vector<int64_t> context_sweep;  // TPOT per prompt length instead of the single run
 };
 
@@ -73,7 +73,7 @@ int run_bench_model(BenchModelCli& o) {
     fmt::print(stderr, "strata bench model: {}\n", spec.status().message());
     return 2;
   }
-  if (const int rc = setup_ranks("strata bench model", o.expert_parallel); rc != 0) return rc;
+  if (const int rc = setup_ranks("strata bench model", o.ranks); rc != 0) return rc;
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -390,7 +390,7 @@ void setup_bench_model(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--decode-tokens", o->decode_tokens, "Tokens decoded after the prompt")
         ->capture_default_str();
-    add_expert_parallel_flag(cmd, &o->expert_parallel);
+    add_rank_flags(cmd, &o->ranks);
     cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
         ->capture_default_str()
         ->check(threads_range());

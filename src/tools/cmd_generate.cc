@@ -40,7 +40,7 @@ struct GenerateCli {
   std::string prompt_ids;  // --prompt-ids as given
   bool have_prompt_ids = false;  // --prompt-ids was passed (possibly empty: a usage error)
   TierCli tiers;
-  bool expert_parallel = false;  // --enable-expert-parallel (under mpirun)
+  RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
 };
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; false on anything else.
@@ -108,7 +108,7 @@ int run_generate(GenerateCli& o) {
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r'))
       o.prompt.pop_back();
   }
-  if (const int rc = setup_ranks("strata generate", o.expert_parallel); rc != 0) return rc;
+  if (const int rc = setup_ranks("strata generate", o.ranks); rc != 0) return rc;
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -230,7 +230,7 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "Random seed of the sampler")->capture_default_str();
   add_tier_options(cmd, &o->tiers);
-  add_expert_parallel_flag(cmd, &o->expert_parallel);
+  add_rank_flags(cmd, &o->ranks);
   cmd->add_option("--threads", o->threads, "Compute threads (0: the CPUs this process may use)")
       ->capture_default_str()
       ->check(threads_range());

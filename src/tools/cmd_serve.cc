@@ -14,6 +14,7 @@
 #include "tools/tier_flags.h"
 #include "mpi/mirrored_runner.h"
 #include "mpi/mpi_world.h"
+#include "tools/rank_flags.h"
 
 namespace strata::tools {
 namespace {
@@ -46,7 +47,7 @@ struct ServeCli {
   std::string metrics_prefix = "strata:";
   std::string speculative_config;
   TierCli tiers;
-  bool expert_parallel = false;
+  RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
 };
 
 int run_serve(ServeCli& o) {
@@ -122,18 +123,13 @@ int run_serve(ServeCli& o) {
                "reach it can use it\n", o.host);
   so.disagg.load_failure_recompute = o.kv_load_failure_policy == "recompute";
   // Several ranks (mpirun): rank 0 serves, the others follow its runner calls.
+  if (const int rc = setup_ranks("strata serve", o.ranks); rc != 0) return rc;
   if (mpi_size() > 1) {
-    if (!o.expert_parallel) {
-      fmt::print(stderr, "strata serve: {} ranks but no parallel layout: pass "
-                 "--enable-expert-parallel (the layout built so far)\n", mpi_size());
-      return 2;
-    }
     if (so.runner.tiers.any() || !so.disagg.mode.empty()) {
       fmt::print(stderr, "strata serve: several ranks with prefix-cache tiers or a "
                  "disaggregation role are not supported yet\n");
       return 2;
     }
-    set_process_expert_comm(make_mpi_expert_comm());
     if (mpi_rank() != 0) {
       auto runner = make_model_runner(so.model_dir, so.runner);
       if (!runner.ok()) {
@@ -144,7 +140,7 @@ int run_serve(ServeCli& o) {
       return 0;
     }
     so.wrap_runner = [](std::unique_ptr<ModelRunner> r) { return make_mirrored_runner(std::move(r)); };
-  } else if (o.expert_parallel) {
+  } else if (o.ranks.expert_parallel) {
     fmt::print(stderr, "strata serve: --enable-expert-parallel with one rank: every expert is "
                "here (start with mpirun -np N)\n");
   }
@@ -213,10 +209,7 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::IsMember({"stored", "replay", "replay-exact"}))
       ->capture_default_str();
   add_tier_options(cmd, &o->tiers);
-  cmd->add_flag("--enable-expert-parallel", o->expert_parallel,
-                "Under mpirun -np N: partition the routed experts over the ranks (rank 0 "
-                "serves HTTP and runs the scheduler; every call to the model is mirrored to the "
-                "other ranks); outputs equal one rank's");
+  add_rank_flags(cmd, &o->ranks);  // rank 0 serves HTTP; every model call is mirrored
   cmd->add_option("--seed", o->seed, "Base seed for requests without their own");
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", "

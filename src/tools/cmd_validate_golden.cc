@@ -30,7 +30,7 @@ struct GoldenArgs {
   double gap_tol = 0.25;
   std::vector<std::string> only;
   std::string call_shape = "canonical";
-  bool expert_parallel = false;
+  RankLayout ranks;
 };
 
 void run_validate_golden(const GoldenArgs& a) {
@@ -46,7 +46,7 @@ void run_validate_golden(const GoldenArgs& a) {
     return;
   }
   // Ranks: under mpirun every rank runs this command; a layout says how they share the work.
-  if (const int rc = setup_ranks("validate golden", a.expert_parallel); rc != 0) {
+  if (const int rc = setup_ranks("validate golden", a.ranks); rc != 0) {
     set_exit_code(rc);
     return;
   }
@@ -70,9 +70,7 @@ void run_validate_golden(const GoldenArgs& a) {
   });
   if (const std::string d = rep.dspark_line(); !d.empty()) fmt::print("{}\n", d);
   fmt::print("{}\n", rep.digest_line());
-  if (std::shared_ptr<ExpertComm> ep = process_expert_comm())
-    fmt::print("expert parallel: {} ranks, MoE combine {:.3f} s on rank 0\n", ep->size(),
-               ep->seconds());
+  fmt::print("{}", collective_time_line());
   fmt::print("{}\n", rep.last_line());
   set_exit_code(rep.failed == 0 && !rep.cases.empty() ? 0 : 1);
 }
@@ -99,7 +97,7 @@ void setup_validate_golden(CLI::App& app) {
                   "one-token decode step) or reference (the reference's whole-prompt / decode "
                   "call shapes, bit-exact)")
       ->check(CLI::IsMember({"canonical", "reference"}));
-  add_expert_parallel_flag(cmd, &args->expert_parallel);
+  add_rank_flags(cmd, &args->ranks);
   cmd->callback([args] { run_validate_golden(*args); });
 }
 

@@ -1,31 +1,86 @@
-// `--enable-expert-parallel` for commands that run the same calls on every rank (generate,
-// bench model, validate golden): under mpirun every rank runs the command with the same
-// arguments, so the forwards (and the MoE combine inside them) line up without a leader.
+// The multi-rank layout flags (vLLM's names) shared by serve, generate, bench model and
+// validate golden, and their checks at startup. Under mpirun every rank runs the command
+// with the same arguments; a layout says how the ranks share the work (docs/parallel.md):
+//   --enable-expert-parallel            routed experts partitioned over the ranks
+//   --decode-context-parallel-size D    compressed KV / index keys owner-sharded over D ranks
+//   --dcp-kv-cache-interleave-size S    records per ownership run (default 1, as vLLM)
+//   --pipeline-parallel-size P          refused for P > 1 (not built yet)
+// Both layouts span every rank (DCP D must equal the number of ranks; with EP too, each rank
+// holds 1/N of the experts and 1/N of the compressed records).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
 #include "mpi/mpi_world.h"
 
 namespace strata::tools {
 
-inline void add_expert_parallel_flag(CLI::App* cmd, bool* on) {
-  cmd->add_flag("--enable-expert-parallel", *on,
+struct RankLayout {
+  bool expert_parallel = false;
+  int dcp = 1;
+  int64_t dcp_interleave = 1;
+  int pp = 1;
+  bool any() const { return expert_parallel || dcp > 1 || pp > 1; }
+};
+
+inline void add_rank_flags(CLI::App* cmd, RankLayout* l) {
+  cmd->add_flag("--enable-expert-parallel", l->expert_parallel,
                 "Under mpirun -np N: partition the routed experts over the ranks (contiguous "
                 "id ranges; attention replicated); results equal one rank's bit for bit");
+  cmd->add_option("--decode-context-parallel-size", l->dcp,
+                  "Under mpirun -np N with N = this: shard the compressed KV rows and index "
+                  "keys of every request over the ranks (DeepSeek V4 / V4.1); results equal "
+                  "one rank's bit for bit")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--dcp-kv-cache-interleave-size", l->dcp_interleave,
+                  "Consecutive compressed records each DCP rank owns in turn")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--pipeline-parallel-size", l->pp,
+                  "Pipeline stages (only 1: pipeline parallelism is not built yet)")
+      ->check(CLI::Range(1, 1 << 16));
 }
 
-// 0 = go on; otherwise the exit status (message printed): several ranks need a layout.
-inline int setup_ranks(const char* command, bool expert_parallel) {
-  if (mpi_size() > 1 && !expert_parallel) {
-    fmt::print(stderr, "{}: {} ranks but no parallel layout: pass --enable-expert-parallel "
-               "(the layout built so far)\n", command, mpi_size());
+// 0 = go on (the process's communicators are set); otherwise the exit status, the reason
+// printed: a layout the engine does not support is refused at startup.
+inline int setup_ranks(const char* command, const RankLayout& l) {
+  const int n = mpi_size();
+  auto refuse = [&](const std::string& why) {
+    fmt::print(stderr, "{}: {}\n", command, why);
     return 2;
-  }
-  if (expert_parallel && mpi_size() > 1) set_process_expert_comm(make_mpi_expert_comm());
+  };
+  if (l.pp > 1)
+    return refuse(fmt::format("--pipeline-parallel-size {}: pipeline parallelism is not "
+                              "built yet (supported: expert parallelism, decode context "
+                              "parallelism)", l.pp));
+  if (l.dcp > 1 && n == 1)
+    return refuse(fmt::format("--decode-context-parallel-size {} needs {} ranks: start with "
+                              "mpirun -np {}", l.dcp, l.dcp, l.dcp));
+  if (l.dcp > 1 && l.dcp != n)
+    return refuse(fmt::format("--decode-context-parallel-size {} with {} ranks: the DCP group "
+                              "spans every rank (pass {})", l.dcp, n, n));
+  if (n > 1 && !l.expert_parallel && l.dcp == 1)
+    return refuse(fmt::format("{} ranks but no parallel layout: pass --enable-expert-parallel "
+                              "and/or --decode-context-parallel-size {}", n, n));
+  if (l.dcp_interleave != 1 && l.dcp == 1)
+    return refuse("--dcp-kv-cache-interleave-size needs --decode-context-parallel-size > 1");
+  if (l.expert_parallel && n > 1) set_process_expert_comm(make_mpi_expert_comm());
+  if (l.dcp > 1) set_process_dcp_comm(make_mpi_dcp_comm(l.dcp_interleave));
   return 0;
+}
+
+// Rank 0's end-of-run line about the layouts' collective time (nothing on one rank).
+inline std::string collective_time_line() {
+  std::string s;
+  if (std::shared_ptr<ExpertComm> ep = process_expert_comm())
+    s += fmt::format("expert parallel: {} ranks, MoE combine {:.3f} s on rank 0\n", ep->size(),
+                     ep->seconds());
+  if (std::shared_ptr<DcpComm> d = process_dcp_comm())
+    s += fmt::format("decode context parallel: {} ranks, interleave {}, exchange {:.3f} s on "
+                     "rank 0\n", d->size(), d->interleave(), d->seconds());
+  return s;
 }
 
 }  // namespace strata::tools

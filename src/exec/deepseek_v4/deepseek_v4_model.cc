@@ -62,12 +62,14 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   m->legacy_state_ = legacy_state;
   m->expert_comm_ = process_expert_comm();
   if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  m->dcp_comm_ = process_dcp_comm();
+  if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
   return m;
 }
 
 std::unique_ptr<V4SequenceState> DeepseekV4Model::new_sequence() const {
   if (legacy_state_) return new_legacy_sequence();
-  auto s = V4SequenceState::create(config_, *state_graph_, state_max_tokens_);
+  auto s = V4SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()));
   STRATA_CHECK_MSG(s.ok(), "V4 sequence state: {}", s.status().to_string());
   return std::move(s).value();
 }

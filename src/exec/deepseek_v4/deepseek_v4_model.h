@@ -35,6 +35,7 @@
 // Thread safety: immutable after load; one call at a time per sequence.
 #pragma once
 
+#include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
 #include <cstdint>
 #include <memory>
@@ -177,6 +178,9 @@ class DeepseekV4Model {
   // Expert parallelism (dist/expert_comm.h): the process's communicator at load; null or
   // size 1 = every expert here.
   std::shared_ptr<ExpertComm> expert_comm_;
+  // Decode context parallelism (dist/dcp_comm.h): the process's communicator at load; null =
+  // every compressed row and index key here.
+  std::shared_ptr<DcpComm> dcp_comm_;
 };
 
 }  // namespace strata

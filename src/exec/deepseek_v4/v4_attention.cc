@@ -28,8 +28,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 
 #include "base/check.h"
+#include "base/phase_profile.h"
 #include "base/thread_pool.h"
 #include "exec/selected_rows.h"
 #include "exec/deepseek_v4/v4_forward_call.h"
@@ -127,7 +129,9 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   c.seq->load_compressor(L, /*index=*/true, &st);
   st.base = s0 / m;
   compress(iw.compressor, st, true, L, x, s0, S);
-  for (int64_t k = 0; k < st.n_rows(); ++k) c.seq->write_index_key(L, st.base + k, &st.rows[k * id]);
+  DcpComm* const dcp = dcp_comm_.get();  // null, or: this rank writes and scores its keys only
+  for (int64_t k = 0; k < st.n_rows(); ++k)
+    if (!dcp || dcp->owns(st.base + k)) c.seq->write_index_key(L, st.base + k, &st.rows[k * id]);
   c.seq->store_compressor(L, /*index=*/true, st);
   const int64_t nkeys = st.base + st.n_rows();
   std::vector<uint8_t> key_scratch;
@@ -153,6 +157,38 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   // integer block sums, blocks added in f64), then relu / weight / sum over heads
   // (v41::index_weighted_scores).
   // Queries are independent (each writes its own list): split over the pool.
+  //
+  // Under DCP the rows of every query's scores are computed first, each rank its own keys'
+  // columns (a compacted key list), then completed by exchange_owned_columns; the top-k then
+  // runs on the same scores as on one rank.
+  std::vector<float> all_scores;
+  if (dcp) {
+    all_scores.assign(S * clen_call, kNegInf);
+    if (static_cast<int64_t>(kp.size()) < clen_call) kp.resize(clen_call, nullptr);
+    std::vector<int64_t> cols;
+    for (int64_t g = 0; g < clen_call; ++g)
+      if (dcp->owns(g)) {
+        kp[cols.size()] = g < nkeys ? kp[g] : nullptr;
+        cols.push_back(g);
+      }
+    parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
+      v41::IndexQueryFp4 qf;
+      std::vector<double> dots(std::max<size_t>(1, cols.size()) * ih);
+      std::vector<float> tmp(cols.size());
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t vis = (s0 + i + 1) / m;
+        const int64_t nv = std::lower_bound(cols.begin(), cols.end(), vis) - cols.begin();
+        qf.set(&q[i * ih * id], ih, id);
+        if (nv > 0) {
+          v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
+          v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], tmp.data());
+        }
+        for (int64_t j = 0; j < nv; ++j) all_scores[i * clen_call + cols[j]] = tmp[j];
+      }
+    });
+    profile::PhaseScope phase("indexer: DCP score exchange");
+    exchange_owned_columns(*dcp, all_scores.data(), S, clen_call, clen_call);
+  }
   parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
     v41::IndexQueryFp4 qf;
     std::vector<double> dots;
@@ -162,12 +198,16 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
       const int64_t vis = (p + 1) / m;
       const int64_t clen = c.canonical ? vis : clen_call;
       const int64_t k = std::min<int64_t>(config_.index_topk, clen);
-      qf.set(&q[i * ih * id], ih, id);
       const int64_t nv = std::min(vis, clen);
-      dots.resize(std::max<int64_t>(1, nv) * ih);
-      if (nv > 0) {
-        v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
-        v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
+      if (dcp) {
+        std::copy_n(&all_scores[i * clen_call], clen, score.data());
+      } else {
+        qf.set(&q[i * ih * id], ih, id);
+        dots.resize(std::max<int64_t>(1, nv) * ih);
+        if (nv > 0) {
+          v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
+          v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
+        }
       }
       for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;
       std::vector<int32_t> sel = v41::torch_topk(score.data(), clen, k, true);
@@ -205,22 +245,28 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     c.seq->load_compressor(L, /*index=*/false, &st);
     st.base = s0 / ls.ratio;
     compress(aw.compressor, st, false, L, x, s0, S);
+    DcpComm* const dcp = dcp_comm_.get();  // null, or: this rank holds its rows only
     for (int64_t k = 0; k < st.n_rows(); ++k)
-      c.seq->write_compressed_row(L, st.base + k, &st.rows[k * hd]);
+      if (!dcp || dcp->owns(st.base + k)) c.seq->write_compressed_row(L, st.base + k, &st.rows[k * hd]);
     c.seq->store_compressor(L, /*index=*/false, st);
     const int64_t ncomp = st.base + st.n_rows();
     STRATA_CHECK(ncomp >= (s0 + S) / ls.ratio);
+    auto read = [&](int64_t g0, int64_t n, float* out) {
+      c.seq->read_compressed_rows(L, g0, n, out);
+    };
     if (ls.has_indexer) {  // CSA: only the rows the top-k lists select
-      csel.gather(csa_lists, ncomp, hd, [&](int64_t g0, int64_t n, float* out) {
-        c.seq->read_compressed_rows(L, g0, n, out);
-      });
+      csel.gather(csa_lists, ncomp, hd, read, nullptr, dcp);
+    } else if (dcp) {  // HCA under DCP: every row, from its owner
+      std::vector<std::vector<int32_t>> every(1, std::vector<int32_t>(ncomp));
+      std::iota(every[0].begin(), every[0].end(), 0);
+      csel.gather(every, ncomp, hd, read, nullptr, dcp);
     } else {  // HCA attends every visible row
       crows.resize(ncomp * hd);
       c.seq->read_compressed_rows(L, 0, ncomp, crows.data());
     }
   }
   auto comp_row = [&](int64_t g) -> const float* {
-    return ls.has_indexer ? csel.row(g) : &crows[g * hd];
+    return ls.has_indexer || dcp_comm_ ? csel.row(g) : &crows[g * hd];
   };
 
   // Window rows of earlier calls a query of this call can see: positions [wlo, s0).

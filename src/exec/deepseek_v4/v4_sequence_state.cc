@@ -22,8 +22,8 @@ V4SequenceState::V4SequenceState(const DeepseekConfig& c) : config_(&c) {
 
 StatusOr<std::unique_ptr<V4SequenceState>> V4SequenceState::create(const DeepseekConfig& c,
                                                                    const StateGraph& graph,
-                                                                   int64_t max_tokens) {
-  return create_owned<V4SequenceState>(c, graph, max_tokens);
+                                                                   int64_t max_tokens, RowShard dcp) {
+  return create_owned<V4SequenceState>(c, graph, max_tokens, dcp);
 }
 
 V4SequenceState::V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq,

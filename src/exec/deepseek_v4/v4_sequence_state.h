@@ -71,10 +71,11 @@ class V4SequenceState : public SequenceCallState {
  public:
   // Legacy f32 mirror (no state module).
   explicit V4SequenceState(const DeepseekConfig& c);
-  // Owned SequenceCache over `graph` (which must outlive the state), `max_tokens` positions.
+  // Owned SequenceCache over `graph` (which must outlive the state), `max_tokens` positions;
+  // `dcp`: this rank's share of the compressed rows / index keys (CacheOptions::dcp).
   static StatusOr<std::unique_ptr<V4SequenceState>> create(const DeepseekConfig& c,
                                                            const StateGraph& graph,
-                                                           int64_t max_tokens);
+                                                           int64_t max_tokens, RowShard dcp = {});
   // External manager: sequence `seq` of `cm` (already added), computed up to `length`.
   V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
   ~V4SequenceState();

@@ -102,12 +102,14 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   m->legacy_state_ = options.legacy_state;
   m->expert_comm_ = options.expert_comm ? options.expert_comm : process_expert_comm();
   if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  m->dcp_comm_ = options.dcp_comm ? options.dcp_comm : process_dcp_comm();
+  if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
   return m;
 }
 
 std::unique_ptr<V41SequenceState> DeepseekV41Model::new_sequence() const {
   if (legacy_state_) return new_legacy_sequence();
-  auto s = V41SequenceState::create(config_, *state_graph_, state_max_tokens_);
+  auto s = V41SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()));
   STRATA_CHECK_MSG(s.ok(), "V4.1 sequence state: {}", s.status().to_string());
   return std::move(s).value();
 }

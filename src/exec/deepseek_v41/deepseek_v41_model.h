@@ -43,6 +43,7 @@
 #include "model/deepseek_v41_weights.h"
 #include "model/engram_hash.h"
 #include "exec/deepseek_v41/v41_engram_table.h"
+#include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
 #include "model/safetensors.h"
 #include "state/state_graph.h"
@@ -130,6 +131,9 @@ struct V41LoadOptions {
   // and the combine gathers the others; null = the process's (process_expert_comm()), which
   // is null on one rank.
   std::shared_ptr<ExpertComm> expert_comm;
+  // Decode context parallelism (dist/dcp_comm.h): compressed KV rows and index keys are
+  // owner-sharded over the group; null = the process's (process_dcp_comm()), null on one rank.
+  std::shared_ptr<DcpComm> dcp_comm;
 };
 
 class DeepseekV41Model {
@@ -225,6 +229,7 @@ class DeepseekV41Model {
   std::optional<EngramHasher> engram_hasher_;
   std::unique_ptr<EngramTableStore> engram_tables_;
   std::shared_ptr<ExpertComm> expert_comm_;  // null or size 1: every expert here
+  std::shared_ptr<DcpComm> dcp_comm_;        // null: every compressed row / index key here
   std::vector<v41::RopeTable> rope_;  // per layer id (backbone, then draft stages)
   int64_t max_context_ = 0;
   int64_t min_parallel_attention_macs_ = int64_t{1} << 16;

@@ -159,19 +159,37 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   // scores [S][clen]: every (token, key) score is independent of the others, so key ranges
   // run in parallel (reading and decoding their own keys) with the same bits at any split.
   std::vector<float> scores(S * clen);
+  DcpComm* const dcp = dcp_comm_.get();
   auto score_keys = [&](int64_t g0, int64_t g1) {
     const int64_t nk = std::max<int64_t>(0, std::min(g1, nkeys) - g0);
     std::vector<uint8_t> scratch;
     std::vector<const uint8_t*> kp(g1 - g0, nullptr);
     c.seq->index_key_codes(kowner, g0, nk, &scratch, kp.data());
-    std::vector<double> dots((g1 - g0) * ih);
+    // The keys scored here: all of [g0, g1), or under DCP the ones this rank owns (`cols`,
+    // ascending, their key pointers moved to the front of kp; the other columns come from
+    // their owners, exchange_owned_columns below). A rank reads only keys it wrote.
+    std::vector<int64_t> cols;
+    if (dcp) {
+      for (int64_t g = g0; g < g1; ++g)
+        if (dcp->owns(g)) {
+          kp[cols.size()] = kp[g - g0];
+          cols.push_back(g);
+        }
+      if (cols.empty()) return;
+    }
+    const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
+    auto col = [&](int64_t j) { return dcp ? cols[j] : g0 + j; };
+    std::vector<double> dots(nc * ih);
+    std::vector<float> tmp(nc);
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
-      const int64_t e = std::min(g1, vis);
-      if (e > g0) v41::index_dots_fp4(qf[i], kp.data(), e - g0, dots.data());
+      // Columns j < e are visible to row i (ascending columns: a prefix).
+      int64_t e = 0;
+      while (e < nc && col(e) < vis) ++e;
+      if (e > 0) v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
       float* score = &scores[i * clen];
-      if (e > g0) v41::index_weighted_scores(dots.data(), e - g0, ih, &w[i * ih], score + g0);
-      for (int64_t g = std::max(g0, e); g < g1; ++g) score[g] = kNegInf;
+      if (e > 0) v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], tmp.data());
+      for (int64_t j = 0; j < nc; ++j) score[col(j)] = j < e ? tmp[j] : kNegInf;
     }
   };
   // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):
@@ -180,6 +198,10 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
     pool_->parallel_for(clen, score_keys, 64);
   } else {
     score_keys(0, clen);
+  }
+  if (dcp) {
+    profile::PhaseScope phase("indexer: DCP score exchange");
+    exchange_owned_columns(*dcp, scores.data(), S, clen, clen);
   }
   for (int64_t i = 0; i < S; ++i) {
     const int64_t vis = (c.s0 + i + 1) / m;
@@ -275,6 +297,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         v41::linear(latent.data(), n, iw.wk, kt.data(), pool_.get());
         v41::rms_norm(kt.data(), n, id, &iw.k_norm, config_.norm_eps, kk.data());
         for (int64_t r = 0; r < n; ++r) {
+          if (dcp_comm_ && !dcp_comm_->owns(rows[r])) continue;  // another rank's key
           rope.apply(&kk[r * id + id - rd], rows[r] * m, false);
           v41::qdq_fp4_e8m0(&kk[r * id], id, 32);
           c.seq->write_index_key(L, rows[r], &kk[r * id]);
@@ -282,6 +305,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
         c.seq->set_published_index_owner(L);
       }
       for (int64_t r = 0; r < n; ++r) {
+        if (dcp_comm_ && !dcp_comm_->owns(rows[r])) continue;  // another rank's row
         float* lr = &latent[r * hd];
         rope.apply(lr + hd - rd, rows[r] * m, false);
         v41::qdq_fp4_e4m3(lr, hd, 16);
@@ -304,10 +328,12 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
   auto read_ring = [&](float* out, int64_t b, int64_t e) {
     c.seq->read_window_rows(L, ring0 + b, e - b, out + b * hd);
   };
+  // Under DCP a collective (every rank's owned rows to every rank): called once per call,
+  // on this thread.
   auto read_selected = [&](SelectedRows& into, ThreadPool* pool) {
     into.gather(topk->rows, cavail, hd, [&](int64_t g0, int64_t n, float* out) {
       c.seq->read_compressed_rows(ls.kv_owner, g0, n, out);
-    }, pool);
+    }, pool, dcp_comm_.get());
   };
   // The KV row list of query i: the window (ring rows in `ring_rows`, this call's rows in kv),
   // then the selected compressed rows (in `sel_rows`).
@@ -370,17 +396,22 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     // readings), that took 4-6 ms per token of the bench model against ~2 ms on one thread
     // (docs/PERFORMANCE.md, session 13). Reading the ~0.3 MB of rows twice costs less.
     profile::PhaseScope phase("attention, heads over threads");
+    // Under DCP the selected rows are gathered once here (a collective) and shared.
+    thread_local SelectedRows dcp_sel;
+    if (topk && dcp_comm_) read_selected(dcp_sel, nullptr);
+    const SelectedRows* const shared_sel = &dcp_sel;
     pool_->parallel_for(H, [&](int64_t h0, int64_t h1) {
       thread_local std::vector<float> t_ring, t_qT, t_scores;
       thread_local SelectedRows t_sel;
       thread_local std::vector<const float*> t_rows;
       if (t_ring.size() < static_cast<size_t>((s0 - ring0) * hd)) t_ring.resize((s0 - ring0) * hd);
       read_ring(t_ring.data(), 0, s0 - ring0);
-      if (topk) read_selected(t_sel, nullptr);
-      gather_rows(0, t_ring.data(), t_sel, t_rows);
+      if (topk && !dcp_comm_) read_selected(t_sel, nullptr);
+      gather_rows(0, t_ring.data(), dcp_comm_ ? *shared_sel : t_sel, t_rows);
       attend_heads(0, t_rows, h0, h1, t_qT, t_scores);
       t_sel.trim(size_t{4} << 20);
     });
+    dcp_sel.trim(size_t{4} << 20);
   } else {
     // Per-thread scratch kept across calls: rewritten before it is read, so it need not be
     // zeroed (a fresh vector here cleared ~256 KB per layer and token).

@@ -1,0 +1,52 @@
+// DCP communicator helpers; see dcp_comm.h.
+#include "dist/dcp_comm.h"
+
+#include <mutex>
+
+#include "base/check.h"
+
+namespace strata {
+
+void exchange_owned_columns(DcpComm& comm, float* scores, int64_t rows, int64_t stride,
+                            int64_t ncols) {
+  const int n = comm.size(), me = comm.rank();
+  const int64_t S = comm.interleave();
+  STRATA_CHECK(ncols <= stride && rows >= 0);
+  std::vector<int64_t> per_rank(n);
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) total += per_rank[r] = rows * dcp::owned_count(ncols, r, S, n);
+  if (total == 0) return;
+  std::vector<float> buf(total);
+  // Segment of rank r: row-major over (row, r's columns ascending).
+  auto walk = [&](int r, int64_t at, auto&& f) {
+    const int64_t cols = dcp::owned_count(ncols, r, S, n);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t l = 0; l < cols; ++l) f(at++, i * stride + dcp::global_index(r, l, S, n));
+  };
+  int64_t at = 0;
+  for (int r = 0; r < me; ++r) at += per_rank[r];
+  walk(me, at, [&](int64_t b, int64_t s) { buf[b] = scores[s]; });
+  comm.allgather_rows(buf.data(), per_rank, 1);
+  at = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r != me) walk(r, at, [&](int64_t b, int64_t s) { scores[s] = buf[b]; });
+    at += per_rank[r];
+  }
+}
+
+namespace {
+std::mutex g_mu;
+std::shared_ptr<DcpComm> g_comm;
+}  // namespace
+
+void set_process_dcp_comm(std::shared_ptr<DcpComm> c) {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_comm = std::move(c);
+}
+
+std::shared_ptr<DcpComm> process_dcp_comm() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_comm;
+}
+
+}  // namespace strata
