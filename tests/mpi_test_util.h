@@ -116,11 +116,13 @@ inline void golden_equal_one_rank(const std::string& model, const std::string& g
     EXPECT_EQ(line_starting(out, "logits digest: "), digest) << model << " np " << np << " "
                                                              << flags << "\n" << out;
     EXPECT_EQ(line_starting(out, "golden: "), last) << model << " np " << np << " " << flags;
-    if (l.ep > 1)
+    if (l.ep > 1) {
       EXPECT_NE(out.find(fmt::format("expert parallel: {} ranks", np)), std::string::npos) << out;
-    if (l.dcp > 1)
+    }
+    if (l.dcp > 1) {
       EXPECT_NE(out.find(fmt::format("decode context parallel: {} ranks", np)), std::string::npos)
           << out;
+    }
     const bool same = rc == 0 && line_starting(out, "logits digest: ") == digest;
     if (run == 0)
       record(model, np, l.ep, l.features, same ? "pass: logits bit-identical to 1 rank" : "FAIL",

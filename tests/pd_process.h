@@ -90,6 +90,21 @@ class StrataProcess {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& endpoint() const { return endpoint_; }  // prefill: ZeroMQ endpoint
   const std::string& log() const { return log_; }
+  pid_t pid() const { return pid_; }
+  // Waits up to `seconds` for the process to exit by itself; true if it did (it is reaped).
+  bool wait_exit(double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (pid_ > 0) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > end) return false;
+      usleep(50 * 1000);
+    }
+    return true;
+  }
   void stop(int sig) {
     if (pid_ > 0) {
       kill(pid_, sig);

@@ -3,9 +3,14 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "base/check.h"
+#include "mpi/dist_wait.h"
+#include "mpi/mpi_world.h"
 
 namespace strata {
 namespace {
@@ -46,25 +51,42 @@ struct Msg {
   }
 };
 
-void bcast(Msg* m) {
+// Broadcasts rank 0's message. `idle`: a follower waiting for rank 0's next call (which may
+// come hours later) waits for its length without the watchdog; everything else is bounded by
+// --dist-timeout-s (DistFailure).
+void bcast(Msg* m, bool idle = false) {
   int64_t n = static_cast<int64_t>(m->b.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Request req;
+  MPI_Ibcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD, &req);
+  if (idle) {
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else {
+    dist_wait(&req, "mirrored call");
+  }
   m->b.resize(static_cast<size_t>(n));
   // Large steps: in chunks below MPI's int count.
   for (int64_t off = 0; off < n; off += int64_t{1} << 30) {
     const int c = static_cast<int>(std::min<int64_t>(n - off, int64_t{1} << 30));
-    MPI_Bcast(m->b.data() + off, c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Ibcast(m->b.data() + off, c, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+    dist_wait(&req, "mirrored call");
   }
   m->at = 0;
 }
 
 class MirroredRunner final : public ModelRunner {
  public:
-  explicit MirroredRunner(std::unique_ptr<ModelRunner> inner) : r_(std::move(inner)) {}
+  explicit MirroredRunner(std::unique_ptr<ModelRunner> inner) : r_(std::move(inner)) {
+    MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded its replica (follow() meets it here)
+  }
   ~MirroredRunner() override {
+    if (!broken_.ok()) return;  // the job is being aborted (fail())
     Msg m;
     m.put<uint8_t>(kStop);
-    bcast(&m);
+    try {
+      bcast(&m);
+    } catch (const DistFailure& e) {
+      fail(e);
+    }
   }
 
   const ModelInfo& info() const override { return r_->info(); }
@@ -72,15 +94,22 @@ class MirroredRunner final : public ModelRunner {
     Msg m;
     m.put<uint8_t>(kAdd);
     m.put<int64_t>(seq.value);
-    bcast(&m);
-    return r_->add_sequence(seq);
+    return guarded([&] {
+      bcast(&m);
+      return r_->add_sequence(seq);
+    });
   }
   void release_sequence(SeqId seq) override {
     Msg m;
     m.put<uint8_t>(kRelease);
     m.put<int64_t>(seq.value);
-    bcast(&m);
-    r_->release_sequence(seq);
+    const Status st = guarded([&] {
+      bcast(&m);
+      return ok_status();
+    });
+    // After a failure rank 0's runner may hold a step that never finished: leave it alone
+    // (the job is being aborted).
+    if (st.ok()) r_->release_sequence(seq);
   }
   int64_t sequence_length(SeqId seq) const override { return r_->sequence_length(seq); }
   int64_t token_capacity_left(SeqId seq) const override { return r_->token_capacity_left(seq); }
@@ -96,8 +125,10 @@ class MirroredRunner final : public ModelRunner {
       m.put<int64_t>(it.prompt_len);
       m.put<uint8_t>(it.all_logits);
     }
-    bcast(&m);
-    return r_->step(items, logits);
+    return guarded([&] {
+      bcast(&m);
+      return r_->step(items, logits);
+    });
   }
   std::vector<CacheUsage> cache_usage() const override { return r_->cache_usage(); }
   Status truncate_sequence(SeqId seq, int64_t new_len) override {
@@ -105,8 +136,10 @@ class MirroredRunner final : public ModelRunner {
     m.put<uint8_t>(kTruncate);
     m.put<int64_t>(seq.value);
     m.put<int64_t>(new_len);
-    bcast(&m);
-    return r_->truncate_sequence(seq, new_len);
+    return guarded([&] {
+      bcast(&m);
+      return r_->truncate_sequence(seq, new_len);
+    });
   }
   int draft_block_size() const override { return r_->draft_block_size(); }
   std::string drafter_method() const override { return r_->drafter_method(); }
@@ -117,16 +150,27 @@ class MirroredRunner final : public ModelRunner {
     m.put<int64_t>(seq.value);
     m.put<int32_t>(next);
     m.put<int32_t>(max_k);
-    bcast(&m);
-    return r_->draft_tokens(seq, next, max_k, confidence);
+    StatusOr<std::vector<int32_t>> out = std::vector<int32_t>{};
+    const Status st = guarded([&] {
+      bcast(&m);
+      out = r_->draft_tokens(seq, next, max_k, confidence);
+      return ok_status();
+    });
+    if (!st.ok()) return st;
+    return out;
   }
   int64_t attach_cached_prefix(SeqId seq, std::span<const int32_t> tokens) override {
     Msg m;
     m.put<uint8_t>(kAttach);
     m.put<int64_t>(seq.value);
     m.put_ids(tokens);
-    bcast(&m);
-    return r_->attach_cached_prefix(seq, tokens);
+    int64_t hit = 0;
+    (void)guarded([&] {
+      bcast(&m);
+      hit = r_->attach_cached_prefix(seq, tokens);
+      return ok_status();
+    });
+    return hit;
   }
   int64_t peek_cached_prefix(std::span<const int32_t> tokens) const override {
     return r_->peek_cached_prefix(tokens);
@@ -149,20 +193,55 @@ class MirroredRunner final : public ModelRunner {
   int64_t decode_bytes_read(int64_t len) const override { return r_->decode_bytes_read(len); }
 
  private:
+  // Runs a mirrored call; once a collective failed (a rank hung or died: DistFailure) every
+  // call returns the error without touching MPI, and the job is aborted shortly after.
+  template <class F>
+  Status guarded(F&& f) {
+    if (!broken_.ok()) return broken_;
+    try {
+      return f();
+    } catch (const DistFailure& e) {
+      fail(e);
+      return broken_;
+    }
+  }
+  void fail(const DistFailure& e) {
+    broken_ = Status(StatusCode::kUnavailable,
+                     fmt::format("multi-rank engine failed ({}); the job is being aborted",
+                                 e.what()));
+    fmt::print(stderr, "strata: {}\n", broken_.message());
+    std::fflush(stderr);
+    mpi_abort_after(2.0, 1);  // the failed requests' errors go out first
+  }
+
   std::unique_ptr<ModelRunner> r_;
+  Status broken_;
 };
 
 }  // namespace
+
+void follow_calls(ModelRunner& r);
 
 std::unique_ptr<ModelRunner> make_mirrored_runner(std::unique_ptr<ModelRunner> inner) {
   return std::make_unique<MirroredRunner>(std::move(inner));
 }
 
 void follow(ModelRunner& r) {
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0's MirroredRunner: every replica is loaded
+  try {
+    follow_calls(r);
+  } catch (const DistFailure& e) {
+    fmt::print(stderr, "strata (rank {}): {}; aborting the job\n", mpi_rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+void follow_calls(ModelRunner& r) {
   std::vector<float> logits;
   for (;;) {
     Msg m;
-    bcast(&m);
+    bcast(&m, /*idle=*/true);
     const uint8_t op = m.get<uint8_t>();
     switch (op) {
       case kAdd:

@@ -17,6 +17,12 @@
 
 namespace strata {
 
+// Watchdog (mpi_world.h, --dist-timeout-s): a mirrored call or a collective inside a step
+// that times out (a rank hung or died) makes that call return kUnavailable -- the engine
+// answers the requests of the step with errors -- and every later call return the same error
+// without touching MPI; the job is aborted (MPI_Abort) 2 s later. A follower whose collective
+// times out aborts the job at once. Both sides meet in an MPI_Barrier once every replica is
+// loaded, so a slow load is not mistaken for a hung rank.
 // Rank 0: wraps `inner`; its destructor tells the followers to stop.
 std::unique_ptr<ModelRunner> make_mirrored_runner(std::unique_ptr<ModelRunner> inner);
 // Ranks > 0: executes rank 0's calls on `runner` until rank 0's runner goes away.

@@ -5,19 +5,23 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "mpi/dist_wait.h"
 
 namespace strata {
 namespace {
 
 bool g_init = false;
+std::atomic<double> g_timeout{0.0};
 
 void finalize_at_exit() {
   int fin = 0;
@@ -35,7 +39,9 @@ void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& ro
   // derived from the replicated state.
   const int64_t mine = rows_per_rank[me];
   std::vector<int64_t> said(n);
-  MPI_Allgather(&mine, 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  MPI_Request req;
+  MPI_Iallgather(&mine, 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD, &req);
+  dist_wait(&req, what);
   std::vector<int> counts(n), displs(n);
   int64_t at = 0;
   for (int r = 0; r < n; ++r) {
@@ -53,8 +59,9 @@ void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& ro
   MPI_Datatype row;
   MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
   MPI_Type_commit(&row);
-  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row,
-                 MPI_COMM_WORLD);
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row,
+                  MPI_COMM_WORLD, &req);
+  dist_wait(&req, what);
   MPI_Type_free(&row);
 }
 
@@ -135,6 +142,38 @@ int mpi_size() {
 }
 
 std::shared_ptr<ExpertComm> make_mpi_expert_comm() { return std::make_shared<MpiExpertComm>(); }
+
+void set_dist_timeout(double seconds) { g_timeout = seconds; }
+double dist_timeout() { return g_timeout; }
+
+void dist_wait(MPI_Request* req, const char* what) {
+  const double limit = g_timeout;
+  if (limit <= 0) {
+    MPI_Wait(req, MPI_STATUS_IGNORE);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (int64_t polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    // Spin first (collectives inside a step take microseconds to milliseconds), then yield
+    // the CPU between polls.
+    if (polls > 10000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if ((polls & 63) == 0 && std::chrono::duration<double>(Clock::now() - t0).count() > limit)
+      throw DistFailure(fmt::format(
+          "{}: rank {} waited {:.0f} s (--dist-timeout-s) for the other ranks: a rank hung or "
+          "died", what, mpi_rank(), limit));
+  }
+}
+
+void mpi_abort_after(double seconds, int code) {
+  std::thread([seconds, code] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }).detach();
+}
 
 std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave) {
   STRATA_CHECK(interleave >= 1);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 
 #include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
@@ -23,5 +24,19 @@ std::shared_ptr<ExpertComm> make_mpi_expert_comm();
 // The DCP communicator over MPI_COMM_WORLD (every rank in one DCP group), interleave S >= 1
 // records (dist/dcp_comm.h).
 std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave);
+
+// The watchdog of multi-rank runs (issue 25 item 5, --dist-timeout-s): every collective strata
+// issues inside a step (the MoE combine, the DCP exchanges, the mirrored calls' payloads) is
+// non-blocking and waits at most this many seconds (0: forever); a rank that hung or died
+// then makes the others throw DistFailure instead of waiting forever. After a DistFailure the
+// MPI world is unusable: the only MPI call left is MPI_Abort (mpi_abort_after).
+void set_dist_timeout(double seconds);
+double dist_timeout();
+struct DistFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Ends the whole job (MPI_Abort on every rank) `seconds` from now, from a detached thread, so
+// that answers already handed to clients (errors for the requests in flight) go out first.
+void mpi_abort_after(double seconds, int code);
 
 }  // namespace strata

@@ -96,10 +96,11 @@ bool BlockPool::unref(BlockId b) {
 uint8_t* BlockPool::row(BlockId b, int64_t r) {
   STRATA_CHECK(has_storage() && b >= 0 && b < num_blocks() && r >= 0 && r < rows_per_block_);
   if (!shard_.sharded()) return arena_ + (static_cast<int64_t>(b) * rows_per_block_ + r) * row_bytes_;
-  const int64_t S = shard_.interleave, D = shard_.size;
+  const int64_t S = shard_.interleave;
+  const int D = shard_.size;
   STRATA_CHECK_MSG(holds(r), "row {} of a block is stored by DCP rank {}, not rank {}", r,
-                   (r / S) % D, shard_.rank);
-  const int64_t slot = (r / (S * D)) * S + r % S;  // dist/dcp.h local_index
+                   dcp::owner(r, S, D), shard_.rank);
+  const int64_t slot = dcp::local_index(r, S, D);
   return arena_ + (static_cast<int64_t>(b) * stored_rows_ + slot) * row_bytes_;
 }
 uint8_t* BlockPool::block_data(BlockId b) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "dist/dcp.h"
 
 namespace strata {
 
@@ -55,7 +56,7 @@ class BlockPool {
   const RowShard& shard() const { return shard_; }
   // Whether this pool stores row r (in-block index) of its blocks.
   bool holds(int64_t r) const {
-    return !shard_.sharded() || (r / shard_.interleave) % shard_.size == shard_.rank;
+    return !shard_.sharded() || dcp::owner(r, shard_.interleave, shard_.size) == shard_.rank;
   }
   bool has_storage() const { return arena_ != nullptr; }
   // Bytes of address space reserved for the arena (0 without storage); resident memory is

@@ -138,8 +138,9 @@ TEST(BlockPool, ShardedPoolStoresItsRanksRows) {
           seen.push_back(at);
           std::memset(at, static_cast<int>(row), rb);
         }
-        for (int64_t row = 0; row < rpb; ++row)
+        for (int64_t row = 0; row < rpb; ++row) {
           if (p.holds(row)) EXPECT_EQ(p.row(b, row)[rb - 1], row);
+        }
       }
       for (int64_t row = 0; row < rpb; ++row) EXPECT_EQ(holders[row], 1) << row;
     }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/dcp.h"
 #include "state/cache_manager.h"
 
 namespace strata {
@@ -86,6 +87,56 @@ std::string format_bytes(double b) {
   return fmt::format("{:.0f} B", b);
 }
 
+int64_t dcp_rank_bytes(const StateGraph& g, StateKind kind, Stage stage, int64_t n_tokens,
+                       int rank, int dcp, int64_t S) {
+  int64_t b = 0;
+  for (const auto& o : g.owners()) {
+    if (o.kind != kind || o.stage != stage) continue;
+    if (o.spec.grows()) {
+      const int64_t rows = n_tokens / o.spec.ratio;
+      const bool sharded = kind == StateKind::kCompressedKv || kind == StateKind::kIndexKeys;
+      b += o.spec.row_bytes * (sharded ? dcp::owned_count(rows, rank, S, dcp) : rows);
+    } else if (o.spec.fixed()) {
+      b += o.spec.bytes_per_request();
+    }
+  }
+  return b;
+}
+
+namespace {
+// The DCP section of the text report: per kind, one rank's bytes and each DCP rank's.
+std::string dcp_text(const StateGraph& g, int D, int64_t S) {
+  std::string s = fmt::format(
+      "decode context parallelism over {} ranks, interleave {}: compressed_kv and index_keys "
+      "owner-sharded by record (rank (g / {}) mod {}), every other kind replicated; bytes per "
+      "request (rows, before block rounding):\n", D, S, S, D);
+  for (int64_t n : {int64_t{131072}, int64_t{1048576}}) {
+    s += fmt::format("  at {} tokens:\n    {:<8} {:<22} {:>14}", n, "stage", "kind", "one rank");
+    for (int r = 0; r < D; ++r) s += fmt::format(" {:>14}", fmt::format("rank {}", r));
+    s += "\n";
+    std::vector<int64_t> total(D + 1, 0);
+    for (const auto& [ks, agg] : aggregate(g)) {
+      (void)agg;
+      if (ks.kind == StateKind::kTopk || ks.kind == StateKind::kCandidates) continue;
+      const int64_t one = dcp_rank_bytes(g, ks.kind, ks.stage, n, 0, 1, 1);
+      s += fmt::format("    {:<8} {:<22} {:>14}", stage_name(ks.stage), state_kind_name(ks.kind),
+                       format_bytes(static_cast<double>(one)));
+      total[D] += one;
+      for (int r = 0; r < D; ++r) {
+        const int64_t b = dcp_rank_bytes(g, ks.kind, ks.stage, n, r, D, S);
+        total[r] += b;
+        s += fmt::format(" {:>14}", format_bytes(static_cast<double>(b)));
+      }
+      s += "\n";
+    }
+    s += fmt::format("    {:<8} {:<22} {:>14}", "", "total", format_bytes(static_cast<double>(total[D])));
+    for (int r = 0; r < D; ++r) s += fmt::format(" {:>14}", format_bytes(static_cast<double>(total[r])));
+    s += "\n";
+  }
+  return s;
+}
+}  // namespace
+
 std::string format_state_text(const StateGraph& g, const StateReportOptions& opt) {
   std::string s;
   const int unit = unit_of(g, opt);
@@ -149,6 +200,7 @@ std::string format_state_text(const StateGraph& g, const StateReportOptions& opt
       "  replay-exact  0 B per cached boundary; a hit replays {} tokens (window dependency "
       "cone; exact)\n",
       unit_bytes, snapshot_bytes(g), replay_window_tokens(g), replay_exact_tokens(g));
+  if (opt.dcp > 1) s += dcp_text(g, opt.dcp, opt.dcp_interleave);
   return s;
 }
 

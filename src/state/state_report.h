@@ -23,7 +23,18 @@ namespace strata {
 
 struct StateReportOptions {
   int block_tokens = 0;  // alignment unit; 0 = default_block_tokens(graph)
+  // Decode context parallelism (dist/dcp.h): with dcp > 1 the text report adds each rank's
+  // bytes per kind for one request at 128K and 1M tokens (dcp_rank_bytes).
+  int dcp = 1;
+  int64_t dcp_interleave = 1;
 };
+
+// Bytes one request of n_tokens holds on DCP rank `rank` of `dcp` (interleave S) for owner
+// kind `kind` of `stage`: compressed-KV and index-key rows are owner-sharded (dist/dcp.h
+// owned_count of n_tokens / ratio records per owner layer), every other kind is replicated
+// whole. Rows only (the pools' block rounding not included). dcp = 1: one rank's bytes.
+int64_t dcp_rank_bytes(const StateGraph& g, StateKind kind, Stage stage, int64_t n_tokens,
+                       int rank, int dcp, int64_t S);
 
 std::string format_state_text(const StateGraph& g, const StateReportOptions& o = {});
 std::string format_state_dot(const StateGraph& g);

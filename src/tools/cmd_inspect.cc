@@ -34,6 +34,8 @@ struct InspectArgs {
   bool json = false;
   int block_tokens = 0;
   int64_t handoff = -1;  // --handoff N: prompt tokens
+  int dcp = 1;           // --dcp D: per-rank bytes under decode context parallelism
+  int64_t dcp_interleave = 1;
 };
 
 // The prefill -> decode handoff of a prompt of n tokens (state/handoff.h): positions
@@ -266,7 +268,8 @@ int run_inspect(const InspectArgs& a) {
     }
     graph = std::move(g).value();
   }
-  StateReportOptions ro{.block_tokens = a.block_tokens};
+  StateReportOptions ro{.block_tokens = a.block_tokens, .dcp = a.dcp,
+                        .dcp_interleave = a.dcp_interleave};
   if (a.dot) {
     fmt::print("{}", format_state_dot(*graph));
     return 0;
@@ -326,6 +329,13 @@ void setup_inspect(CLI::App& app) {
   cmd->add_option("--handoff", args->handoff,
                   "Print the prefill->decode handoff bytes per kind for a prompt of N tokens")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--dcp,--decode-context-parallel-size", args->dcp,
+                  "With --state: each rank's bytes per kind under decode context parallelism "
+                  "over D ranks (one request at 128K and 1M tokens)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--dcp-kv-cache-interleave-size", args->dcp_interleave,
+                  "With --dcp: consecutive records each rank owns in turn (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->callback([args] { set_exit_code(run_inspect(*args)); });
 }
 

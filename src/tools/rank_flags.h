@@ -23,6 +23,7 @@ struct RankLayout {
   int dcp = 1;
   int64_t dcp_interleave = 1;
   int pp = 1;
+  double dist_timeout_s = 120;  // --dist-timeout-s (0: wait forever)
   bool any() const { return expert_parallel || dcp > 1 || pp > 1; }
 };
 
@@ -38,6 +39,12 @@ inline void add_rank_flags(CLI::App* cmd, RankLayout* l) {
   cmd->add_option("--dcp-kv-cache-interleave-size", l->dcp_interleave,
                   "Consecutive compressed records each DCP rank owns in turn")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--dist-timeout-s", l->dist_timeout_s,
+                  "Under mpirun: a collective inside a step that waits longer than this (a rank "
+                  "hung or died) fails the step -- the server answers the requests in flight "
+                  "with errors and aborts the job; 0 = wait forever")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->add_option("--pipeline-parallel-size", l->pp,
                   "Pipeline stages (only 1: pipeline parallelism is not built yet)")
       ->check(CLI::Range(1, 1 << 16));
@@ -66,6 +73,7 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
                               "and/or --decode-context-parallel-size {}", n, n));
   if (l.dcp_interleave != 1 && l.dcp == 1)
     return refuse("--dcp-kv-cache-interleave-size needs --decode-context-parallel-size > 1");
+  set_dist_timeout(l.dist_timeout_s);
   if (l.expert_parallel && n > 1) set_process_expert_comm(make_mpi_expert_comm());
   if (l.dcp > 1) set_process_dcp_comm(make_mpi_dcp_comm(l.dcp_interleave));
   return 0;
