@@ -4,6 +4,10 @@
 // a path with no config exits 1 like any model that does not load (usage errors exit 2).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include "state/state_report.h"
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -76,6 +80,30 @@ TEST(InspectCli, EngramTableBytesOfTheRealConfig) {
                      "scale), 202.76 GB"),
             std::string::npos)
       << out;
+}
+
+// `inspect CONFIG --state --dcp 4` prints each rank's bytes per kind at 128K and 1M tokens:
+// at 1M, V4.1-Flash's compressed rows (1,048,576 + 3 x 524,288 records of 288 B) and index
+// keys (68 B) split evenly over 4 ranks; the window rings stay whole.
+TEST(InspectCli, BytesPerDcpRankOfTheRealConfig) {
+  const char* e = std::getenv("STRATA_SOURCE_DIR");
+  const std::string cfg =
+      std::string(e ? e : STRATA_SOURCE_DIR) + "/testdata/configs/deepseek-v4.1-flash.config.json";
+  std::string out;
+  ASSERT_EQ(run_strata("inspect " + cfg + " --state --dcp 4", &out), 0) << out;
+  const size_t at = out.find("at 1048576 tokens:");
+  ASSERT_NE(at, std::string::npos) << out;
+  std::string m;  // the section with runs of spaces collapsed
+  for (char ch : out.substr(at))
+    if (ch != ' ' || m.empty() || m.back() != ' ') m += ch;
+  const double recs = 1048576.0 + 3 * 524288.0;
+  const std::string kv = format_bytes(288 * recs), kv4 = format_bytes(288 * recs / 4);
+  const std::string ik = format_bytes(68 * recs), ik4 = format_bytes(68 * recs / 4);
+  EXPECT_NE(m.find(fmt::format("compressed_kv {} {} {} {} {}\n", kv, kv4, kv4, kv4, kv4)),
+            std::string::npos) << m;
+  EXPECT_NE(m.find(fmt::format("index_keys {} {} {} {} {}\n", ik, ik4, ik4, ik4, ik4)),
+            std::string::npos) << m;
+  EXPECT_NE(out.find("at 131072 tokens:"), std::string::npos);
 }
 }  // namespace
 }  // namespace strata::tools

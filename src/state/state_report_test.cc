@@ -71,5 +71,39 @@ TEST(StateReport, TextMentionsUnitAndStages) {
   EXPECT_EQ(d.rfind("digraph", 0), 0u);
 }
 
+// Each DCP rank's bytes of V4.1-Flash (one ratio-1 and three ratio-2 compressed sources,
+// 288 B rows and 68 B index keys; every other kind replicated): the records rank r owns
+// counted one by one here, against dcp_rank_bytes; the ranks together hold one rank's bytes.
+TEST(StateReport, V41FlashBytesPerDcpRank) {
+  const std::string p = std::string(STRATA_SOURCE_DIR) + "/testdata/configs/deepseek-v4.1-flash.config.json";
+  if (!std::filesystem::exists(p)) GTEST_SKIP();
+  auto c = load_deepseek_config(p);
+  ASSERT_TRUE(c.ok());
+  auto g = StateGraph::from_deepseek(*c);
+  ASSERT_TRUE(g.ok());
+  for (int64_t n : {int64_t{131072}, int64_t{1048576}, int64_t{1001}})
+    for (auto [D, S] : {std::pair{2, int64_t{1}}, {4, 1}, {3, 8}}) {
+      auto count = [&](int64_t rows, int r) {
+        int64_t k = 0;
+        for (int64_t g2 = 0; g2 < rows; ++g2) k += (g2 / S) % D == r;
+        return k;
+      };
+      int64_t sum_kv = 0, sum_ik = 0;
+      for (int r = 0; r < D; ++r) {
+        const int64_t recs = count(n, r) + 3 * count(n / 2, r);
+        const int64_t kv = dcp_rank_bytes(*g, StateKind::kCompressedKv, Stage::kBackbone, n, r, D, S);
+        const int64_t ik = dcp_rank_bytes(*g, StateKind::kIndexKeys, Stage::kBackbone, n, r, D, S);
+        EXPECT_EQ(kv, 288 * recs) << n << " D " << D << " S " << S << " rank " << r;
+        EXPECT_EQ(ik, 68 * recs) << n << " D " << D << " S " << S << " rank " << r;
+        EXPECT_EQ(dcp_rank_bytes(*g, StateKind::kWindowKv, Stage::kBackbone, n, r, D, S),
+                  40LL * 128 * 528);
+        sum_kv += kv;
+        sum_ik += ik;
+      }
+      EXPECT_EQ(sum_kv, dcp_rank_bytes(*g, StateKind::kCompressedKv, Stage::kBackbone, n, 0, 1, 1));
+      EXPECT_EQ(sum_ik, dcp_rank_bytes(*g, StateKind::kIndexKeys, Stage::kBackbone, n, 0, 1, 1));
+    }
+}
+
 }  // namespace
 }  // namespace strata
