@@ -84,6 +84,11 @@ void rank_failure(int sig, const std::vector<std::string>& mpirun_extra) {
   // The job aborts itself (rank 0's MPI_Abort) instead of waiting for the lost rank.
   EXPECT_TRUE(job->wait_exit(30)) << "mpirun still running; log " << job->log();
   if (sig == SIGSTOP) ::kill(r1, SIGKILL);
+  record("deepseek-v41-tiny", 2, 2,
+         fmt::format("serve, EP; watchdog: rank 1 {} mid-request, --dist-timeout-s 3",
+                     sig == SIGSTOP ? "stopped (SIGSTOP)" : "killed (SIGKILL, orte_enable_recovery)"),
+         ::testing::Test::HasFailure() ? "FAIL"
+                                       : "pass: request answered with an error, job ended");
 }
 
 TEST(MpiWatchdog, HungRankFailsTheStepWithinTheTimeout) {
