@@ -168,6 +168,23 @@ inline void serve_equal_one_rank(const std::string& model, const std::vector<std
     EXPECT_EQ(together[i].ids, a.ids) << model << " concurrent " << i;
     EXPECT_EQ(together[i].logprobs, a.logprobs) << model << " concurrent " << i;
   }
+  // The layouts' collective time is exported (rank 0's), and is 0 on one rank.
+  auto metric = [](int port, const std::string& name) {
+    const std::string body = testing::http_get(port, "/metrics").body;
+    const size_t at = body.find("\nstrata:" + name + "{");
+    if (at == std::string::npos) return -1.0;
+    return std::stod(body.substr(body.find("} ", at) + 2));
+  };
+  for (const auto& [name, on] : {std::pair{std::string("moe_collective_seconds_total"), l.ep > 1},
+                                 {std::string("dcp_exchange_seconds_total"), l.dcp > 1}}) {
+    EXPECT_EQ(metric(one->port(), name), 0.0) << name;
+    const double v = metric(many->port(), name);
+    if (on) {
+      EXPECT_GT(v, 0.0) << name;
+    } else {
+      EXPECT_EQ(v, 0.0) << name;
+    }
+  }
   record(model, l.np, l.ep, l.features,
          ::testing::Test::HasFailure() ? "FAIL" : "pass: outputs equal 1 rank", l.dcp);
 }

@@ -87,6 +87,10 @@ struct EngineStats {
   int64_t steps_total = 0;
   double schedule_seconds_total = 0;     // planning + sampling/detokenizing
   double forward_seconds_total = 0;      // runner.step
+  // Multi-rank collectives inside the forwards (this rank's view, rank 0 in a server): the
+  // expert-parallel MoE combine and the DCP exchanges (dist/expert_comm.h, dcp_comm.h).
+  double moe_collective_seconds_total = 0;
+  double dcp_exchange_seconds_total = 0;
   std::vector<CacheUsage> cache_usage;   // after the latest step
   int64_t prefix_cache_bytes_per_unit = 0;  // ModelRunner::prefix_cache_bytes_per_unit()
   // PD handoff (SubmitOptions): states exported (prefill role); states imported at

@@ -227,6 +227,13 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           s.schedule_seconds_total);
   counter("engine_forward_seconds_total", "Engine time in the model's forward pass.",
           s.forward_seconds_total);
+  counter("moe_collective_seconds_total",
+          "Time in the expert-parallel MoE combine (MPI all-gather), on rank 0; 0 on one rank.",
+          s.moe_collective_seconds_total);
+  counter("dcp_exchange_seconds_total",
+          "Time in the decode-context-parallel exchanges (index scores, selected rows), on "
+          "rank 0; 0 on one rank.",
+          s.dcp_exchange_seconds_total);
   out += "# HELP strata:cache_used_bytes State bytes in use per kind and memory tier.\n"
          "# TYPE strata:cache_used_bytes gauge\n";
   for (const CacheUsage& u : s.cache_usage) {
