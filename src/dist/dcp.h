@@ -9,6 +9,7 @@
 // layer use the same map. Thread safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -24,6 +25,14 @@ int64_t local_index(int64_t g, int64_t S, int Wd);
 int64_t global_index(int rank, int64_t local, int64_t S, int Wd);
 // Records of [0, n) that `rank` owns (= local indices [0, count)).
 int64_t owned_count(int64_t n, int rank, int64_t S, int Wd);
+// Calls f(g) for every record g in [g0, g1) that `rank` owns, ascending, without a division
+// per record (runs of S records every S * Wd).
+template <class F>
+void for_owned(int64_t g0, int64_t g1, int64_t S, int Wd, int rank, F&& f) {
+  const int64_t period = S * Wd;
+  for (int64_t base = (g0 / period) * period + rank * S; base < g1; base += period)
+    for (int64_t g = std::max(base, g0), e = std::min(base + S, g1); g < e; ++g) f(g);
+}
 
 // A top-k candidate: score (relu'd index score, or -inf = invalid) and absolute position.
 struct Candidate {

@@ -19,9 +19,8 @@ void exchange_owned_columns(DcpComm& comm, float* scores, int64_t rows, int64_t 
   std::vector<float> buf(total);
   // Segment of rank r: row-major over (row, r's columns ascending).
   auto walk = [&](int r, int64_t at, auto&& f) {
-    const int64_t cols = dcp::owned_count(ncols, r, S, n);
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t l = 0; l < cols; ++l) f(at++, i * stride + dcp::global_index(r, l, S, n));
+      dcp::for_owned(0, ncols, S, n, r, [&](int64_t g) { f(at++, i * stride + g); });
   };
   int64_t at = 0;
   for (int r = 0; r < me; ++r) at += per_rank[r];

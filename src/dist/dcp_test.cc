@@ -28,7 +28,9 @@ TEST(DcpOwnership, RoundTripAndDenseLocalIndices) {
       }
       for (int r = 0; r < Wd; ++r) {
         ASSERT_EQ(static_cast<int64_t>(locals[r].size()), owned_count(500, r, S, Wd));
-        if (!locals[r].empty()) EXPECT_EQ(*locals[r].rbegin(), owned_count(500, r, S, Wd) - 1);
+        if (!locals[r].empty()) {
+          EXPECT_EQ(*locals[r].rbegin(), owned_count(500, r, S, Wd) - 1);
+        }
       }
       for (int64_t n = 0; n < 100; ++n) {
         int64_t sum = 0;
@@ -150,7 +152,9 @@ TEST(DcpMerge, SinkOnceEqualsFullAttention) {
           EXPECT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
               << "n " << n << " Wd " << Wd << " sink " << sink;
         }
-        if (n == 0) for (float x : out) EXPECT_EQ(x, 0.f);
+        if (n == 0) {
+          for (float x : out) EXPECT_EQ(x, 0.f);
+        }
         // The control: merge the per-shard-sinked outputs without a sink (sink = -inf).
         merge_partials(control, dim, -INFINITY, bad.data());
         for (int64_t i = 0; i < dim; ++i)
@@ -177,5 +181,21 @@ TEST(ExpertOwnership, ContiguousRangesCoverEveryExpertOnce) {
       EXPECT_EQ(expert_begin(size, E, size), E);
     }
 }
+// for_owned visits exactly the records owner() gives the rank, ascending, for any range.
+TEST(DcpOwnership, ForOwnedVisitsTheRanksRecords) {
+  for (int Wd : {1, 2, 3})
+    for (int64_t S : {1, 2, 5})
+      for (int64_t g0 : {0, 1, 4, 13})
+        for (int64_t g1 : {0, 3, 14, 40})
+          for (int r = 0; r < Wd; ++r) {
+            std::vector<int64_t> want, got;
+            for (int64_t g = g0; g < g1; ++g)
+              if (dcp::owner(g, S, Wd) == r) want.push_back(g);
+            dcp::for_owned(g0, g1, S, Wd, r, [&](int64_t g) { got.push_back(g); });
+            EXPECT_EQ(got, want) << "Wd " << Wd << " S " << S << " [" << g0 << ", " << g1
+                                 << ") rank " << r;
+          }
+}
+
 }  // namespace
 }  // namespace strata

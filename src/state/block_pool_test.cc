@@ -139,7 +139,9 @@ TEST(BlockPool, ShardedPoolStoresItsRanksRows) {
           std::memset(at, static_cast<int>(row), rb);
         }
         for (int64_t row = 0; row < rpb; ++row) {
-          if (p.holds(row)) EXPECT_EQ(p.row(b, row)[rb - 1], row);
+          if (p.holds(row)) {
+            EXPECT_EQ(p.row(b, row)[rb - 1], row);
+          }
         }
       }
       for (int64_t row = 0; row < rpb; ++row) EXPECT_EQ(holders[row], 1) << row;

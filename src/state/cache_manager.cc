@@ -755,9 +755,12 @@ void CacheManager::raw_rows(CacheSeqId seq, OwnerId owner, int64_t row0, int64_t
                      seq, owner, row);
     // The rest of this block's rows in one run (a ring wraps at the block's end).
     const int64_t r0 = row % rpb, m = std::min(n - i, rpb - r0);
-    if (pool_.shard().sharded()) {  // null: a row another DCP rank stores
-      for (int64_t j = 0; j < m; ++j)
-        out[i + j] = pool_.holds(r0 + j) ? pool_.row(tab_[blk], r0 + j) : nullptr;
+    if (const RowShard& sh = pool_.shard(); sh.sharded()) {  // null: another DCP rank's row
+      std::fill(out + i, out + i + m, nullptr);
+      uint8_t* const base = pool_.block_data(tab_[blk]);
+      dcp::for_owned(r0, r0 + m, sh.interleave, sh.size, sh.rank, [&](int64_t r) {
+        out[i + r - r0] = base + dcp::local_index(r, sh.interleave, sh.size) * rb;
+      });
     } else {
       const uint8_t* base = pool_.block_data(tab_[blk]);
       for (int64_t j = 0; j < m; ++j) out[i + j] = base + (r0 + j) * rb;

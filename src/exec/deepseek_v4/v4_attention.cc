@@ -166,11 +166,10 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
     all_scores.assign(S * clen_call, kNegInf);
     if (static_cast<int64_t>(kp.size()) < clen_call) kp.resize(clen_call, nullptr);
     std::vector<int64_t> cols;
-    for (int64_t g = 0; g < clen_call; ++g)
-      if (dcp->owns(g)) {
-        kp[cols.size()] = g < nkeys ? kp[g] : nullptr;
-        cols.push_back(g);
-      }
+    dcp::for_owned(0, clen_call, dcp->interleave(), dcp->size(), dcp->rank(), [&](int64_t g) {
+      kp[cols.size()] = g < nkeys ? kp[g] : nullptr;
+      cols.push_back(g);
+    });
     parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
       v41::IndexQueryFp4 qf;
       std::vector<double> dots(std::max<size_t>(1, cols.size()) * ih);

@@ -170,11 +170,10 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
     // their owners, exchange_owned_columns below). A rank reads only keys it wrote.
     std::vector<int64_t> cols;
     if (dcp) {
-      for (int64_t g = g0; g < g1; ++g)
-        if (dcp->owns(g)) {
-          kp[cols.size()] = kp[g - g0];
-          cols.push_back(g);
-        }
+      dcp::for_owned(g0, g1, dcp->interleave(), dcp->size(), dcp->rank(), [&](int64_t g) {
+        kp[cols.size()] = kp[g - g0];
+        cols.push_back(g);
+      });
       if (cols.empty()) return;
     }
     const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
