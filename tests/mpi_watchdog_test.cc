@@ -55,7 +55,7 @@ Answer ask_long(int port, int max_tokens) {
 // flight; that request (or, if it finished first, the next one) gets an error within the
 // timeout, and the job ends by itself.
 void rank_failure(int sig, const std::vector<std::string>& mpirun_extra) {
-  const double timeout_s = 3;
+  const double timeout_s = 5;
   std::vector<std::string> launcher = {"/usr/bin/mpirun", "--oversubscribe", "--allow-run-as-root"};
   launcher.insert(launcher.end(), mpirun_extra.begin(), mpirun_extra.end());
   launcher.insert(launcher.end(), {"-np", "2"});
@@ -85,7 +85,7 @@ void rank_failure(int sig, const std::vector<std::string>& mpirun_extra) {
   EXPECT_TRUE(job->wait_exit(30)) << "mpirun still running; log " << job->log();
   if (sig == SIGSTOP) ::kill(r1, SIGKILL);
   record("deepseek-v41-tiny", 2, 2,
-         fmt::format("serve, EP; watchdog: rank 1 {} mid-request, --dist-timeout-s 3",
+         fmt::format("serve, EP; watchdog: rank 1 {} mid-request, --dist-timeout-s 5",
                      sig == SIGSTOP ? "stopped (SIGSTOP)" : "killed (SIGKILL, orte_enable_recovery)"),
          ::testing::Test::HasFailure() ? "FAIL"
                                        : "pass: request answered with an error, job ended");
