@@ -267,6 +267,9 @@ TEST(KvTiersE2e, BadTierFlagsAreRefused) {
   EXPECT_NE(out.find("not a byte size"), std::string::npos) << out;
   EXPECT_EQ(tools::run_strata("serve" + m + " --disk-cache-bytes 1GiB", &out, true), 2);
   EXPECT_NE(out.find("--disk-cache-bytes needs --kv-cache-dir"), std::string::npos) << out;
+  EXPECT_EQ(tools::run_strata("serve" + m + " --engram-cache-bytes 1GiB", &out, true), 2);
+  EXPECT_NE(out.find("--engram-cache-bytes needs --engram-placement disk"), std::string::npos)
+      << out;
   EXPECT_EQ(tools::run_strata("serve" + m + " --kv-pool redis://127.0.0.1:1", &out, true), 1);
   EXPECT_NE(out.find("cannot connect"), std::string::npos) << out;
   EXPECT_EQ(tools::run_strata("serve" + m + " --kv-pool memcached://x:1", &out, true), 1);

@@ -19,7 +19,7 @@ namespace strata::tools {
 
 struct TierCli {
   std::string host_bytes = "0", disk_bytes = "0", disk_dir, pool_url;
-  std::string engram_placement = "mmap", engram_cache_bytes = "64MiB";
+  std::string engram_placement = "mmap", engram_cache_bytes;  // "" = 64MiB
 };
 
 inline void add_tier_options(CLI::App* cmd, TierCli* t) {
@@ -43,8 +43,7 @@ inline void add_tier_options(CLI::App* cmd, TierCli* t) {
       ->check(CLI::IsMember({"ram", "mmap", "disk"}))
       ->capture_default_str();
   cmd->add_option("--engram-cache-bytes", t->engram_cache_bytes,
-                  "Hot-row cache of --engram-placement disk")
-      ->capture_default_str();
+                  "Hot-row cache of --engram-placement disk (default 64MiB)");
 }
 
 inline StatusOr<TierOptions> tier_options(const TierCli& t) {
@@ -67,7 +66,11 @@ inline StatusOr<TierOptions> tier_options(const TierCli& t) {
 // naming the flag for a bad size.
 inline Status apply_tier_flags(const TierCli& t, RunnerOptions* ro) {
   STRATA_ASSIGN_OR_RETURN(ro->tiers, tier_options(t));
-  StatusOr<int64_t> n = parse_byte_size(t.engram_cache_bytes);
+  if (!t.engram_cache_bytes.empty() && t.engram_placement != "disk")
+    return invalid_argument("--engram-cache-bytes needs --engram-placement disk (the other "
+                            "placements keep no row cache)");
+  StatusOr<int64_t> n =
+      parse_byte_size(t.engram_cache_bytes.empty() ? "64MiB" : t.engram_cache_bytes);
   if (!n.ok()) return invalid_argument("--engram-cache-bytes: {}", n.status().message());
   ro->engram_placement = t.engram_placement;
   ro->engram_cache_bytes = *n;
