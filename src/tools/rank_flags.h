@@ -55,7 +55,7 @@ inline void add_rank_flags(CLI::App* cmd, RankLayout* l) {
 inline int setup_ranks(const char* command, const RankLayout& l) {
   const int n = mpi_size();
   auto refuse = [&](const std::string& why) {
-    fmt::print(stderr, "{}: {}\n", command, why);
+    if (mpi_rank() == 0) fmt::print(stderr, "{}: {}\n", command, why);  // once, not per rank
     return 2;
   };
   if (l.pp > 1)
