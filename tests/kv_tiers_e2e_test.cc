@@ -270,6 +270,16 @@ TEST(KvTiersE2e, BadTierFlagsAreRefused) {
   EXPECT_EQ(tools::run_strata("serve" + m + " --engram-cache-bytes 1GiB", &out, true), 2);
   EXPECT_NE(out.find("--engram-cache-bytes needs --engram-placement disk"), std::string::npos)
       << out;
+  // A disk budget below one unit object is allowed but said: it would store nothing.
+  const std::string dir = "/tmp/strata-tiny-budget-" + std::to_string(::getpid());
+  EXPECT_EQ(tools::run_strata("generate -m " + model_dir("stories260K") +
+                                  " --prompt-ids 1,2,3 -n 2 --kv-cache-dir " + dir +
+                                  " --disk-cache-bytes 100",
+                              &out, true),
+            0);
+  EXPECT_NE(out.find("disk tier: its budget of 100 bytes is below one cached unit"),
+            std::string::npos) << out;
+  std::filesystem::remove_all(dir);
   EXPECT_EQ(tools::run_strata("serve" + m + " --kv-pool redis://127.0.0.1:1", &out, true), 1);
   EXPECT_NE(out.find("cannot connect"), std::string::npos) << out;
   EXPECT_EQ(tools::run_strata("serve" + m + " --kv-pool memcached://x:1", &out, true), 1);

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <spdlog/spdlog.h>
+
 #include "base/check.h"
 #include "state/cache_manager_internal.h"
 
@@ -144,6 +146,17 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
   I.identity = XXH3_64bits(id.data(), id.size());
   I.store = opts_.unit_store;
   opts_.unit_store.reset();  // the Impl holds it
+  if (I.store) {
+    // A tier whose whole budget is below one unit object stores nothing: say so once.
+    int64_t unit = 0;
+    for (int64_t b : I.paged_sizes) unit += b;
+    if (I.snapshots)
+      for (int64_t b : I.snapshot_sizes) unit += b;
+    for (const TierStats& t : I.store->stats())
+      if (t.capacity_bytes > 0 && t.capacity_bytes < unit)
+        spdlog::warn("strata: {} tier: its budget of {} bytes is below one cached unit ({} "
+                     "bytes): it will store nothing", t.tier, t.capacity_bytes, unit);
+  }
 }
 
 CacheManager::~CacheManager() = default;
