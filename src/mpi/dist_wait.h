@@ -9,5 +9,10 @@
 namespace strata {
 
 void dist_wait(MPI_Request* req, const char* what);
+// Completes `req` without a deadline, polling with short sleeps once it has waited a while,
+// so a rank idling between calls (a follower waiting for rank 0's next request) does not
+// keep a CPU busy the way MPI_Wait's busy polling does. Adds at most ~0.2 ms of latency to
+// the first call after an idle period.
+void idle_wait(MPI_Request* req);
 
 }  // namespace strata

@@ -59,7 +59,7 @@ void bcast(Msg* m, bool idle = false) {
   MPI_Request req;
   MPI_Ibcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD, &req);
   if (idle) {
-    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    idle_wait(&req);
   } else {
     dist_wait(&req, "mirrored call");
   }

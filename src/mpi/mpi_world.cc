@@ -168,6 +168,15 @@ void dist_wait(MPI_Request* req, const char* what) {
   }
 }
 
+void idle_wait(MPI_Request* req) {
+  for (int64_t polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (polls > 10000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 void mpi_abort_after(double seconds, int code) {
   std::thread([seconds, code] {
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
