@@ -106,6 +106,12 @@ int64_t dcp_rank_bytes(const StateGraph& g, StateKind kind, Stage stage, int64_t
 namespace {
 // The DCP section of the text report: per kind, one rank's bytes and each DCP rank's.
 std::string dcp_text(const StateGraph& g, int D, int64_t S) {
+  bool sharded = false;
+  for (const auto& o : g.owners())
+    sharded |= o.kind == StateKind::kCompressedKv || o.kind == StateKind::kIndexKeys;
+  if (!sharded)
+    return fmt::format("decode context parallelism over {} ranks: not built for this model (it "
+                       "has no compressed KV or index keys; plain-KV DCP is not built yet)\n", D);
   std::string s = fmt::format(
       "decode context parallelism over {} ranks, interleave {}: compressed_kv and index_keys "
       "owner-sharded by record (rank (g / {}) mod {}), every other kind replicated; bytes per "

@@ -82,7 +82,7 @@ int run_bench_model(BenchModelCli& o) {
   fmt::print(stderr, "[bench model] loading {} ...\n", o.model);
   auto runner_or = make_model_runner(o.model, ro);
   if (!runner_or.ok()) {
-    fmt::print(stderr, "strata bench model: {}\n", runner_or.status().to_string());
+    fmt::print(stderr, "strata bench model{}: {}\n", rank_tag(), runner_or.status().to_string());
     return 1;
   }
   ModelRunner& runner = **runner_or;

@@ -118,7 +118,7 @@ int run_generate(GenerateCli& o) {
   }
   auto runner = make_model_runner(o.model, ro);
   if (!runner.ok()) {
-    fmt::print(stderr, "strata generate: {}\n", runner.status().to_string());
+    fmt::print(stderr, "strata generate{}: {}\n", rank_tag(), runner.status().to_string());
     return 1;
   }
   if (Status st = check_speculative_config(*spec, **runner); !st.ok()) {

@@ -164,6 +164,18 @@ int run_serve(ServeCli& o) {
                (*stack)->kv_sender()->endpoint());
   if (o.disagg.mode == "decode")
     fmt::print("strata serve: decode role, --kv-load-failure-policy {}\n", o.kv_load_failure_policy);
+  if (mpi_size() > 1) {
+    std::string layout;
+    if (o.ranks.expert_parallel) layout += "routed experts partitioned (EP)";
+    if (o.ranks.dcp > 1)
+      layout += fmt::format("{}compressed KV / index keys sharded (DCP {}, interleave {})",
+                            layout.empty() ? "" : ", ", o.ranks.dcp, o.ranks.dcp_interleave);
+    fmt::print("strata serve: {} ranks: {}; watchdog --dist-timeout-s {}\n", mpi_size(), layout,
+               o.ranks.dist_timeout_s);
+    if (o.ranks.expert_parallel && info.architecture == "llama")
+      fmt::print(stderr, "strata serve: note: --enable-expert-parallel on a model without routed "
+                 "experts: every rank computes the whole model\n");
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);

@@ -79,6 +79,11 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
   return 0;
 }
 
+// " (rank N)" under mpirun, "" on one rank: every rank reports its own load errors.
+inline std::string rank_tag() {
+  return mpi_size() > 1 ? fmt::format(" (rank {})", mpi_rank()) : std::string();
+}
+
 // Rank 0's end-of-run line about the layouts' collective time (nothing on one rank).
 inline std::string collective_time_line() {
   std::string s;
