@@ -1,9 +1,8 @@
 // DCP communicator helpers; see dcp_comm.h.
 #include "dist/dcp_comm.h"
 
-#include <mutex>
-
 #include "base/check.h"
+#include "base/process_slot.h"
 
 namespace strata {
 
@@ -34,18 +33,10 @@ void exchange_owned_columns(DcpComm& comm, float* scores, int64_t rows, int64_t 
 }
 
 namespace {
-std::mutex g_mu;
-std::shared_ptr<DcpComm> g_comm;
+ProcessSlot<DcpComm> g_comm;
 }  // namespace
 
-void set_process_dcp_comm(std::shared_ptr<DcpComm> c) {
-  std::lock_guard<std::mutex> l(g_mu);
-  g_comm = std::move(c);
-}
-
-std::shared_ptr<DcpComm> process_dcp_comm() {
-  std::lock_guard<std::mutex> l(g_mu);
-  return g_comm;
-}
+void set_process_dcp_comm(std::shared_ptr<DcpComm> c) { g_comm.set(std::move(c)); }
+std::shared_ptr<DcpComm> process_dcp_comm() { return g_comm.get(); }
 
 }  // namespace strata

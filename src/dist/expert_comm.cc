@@ -1,22 +1,14 @@
 // The process-wide expert-parallel communicator; see expert_comm.h.
 #include "dist/expert_comm.h"
 
-#include <mutex>
+#include "base/process_slot.h"
 
 namespace strata {
 namespace {
-std::mutex g_mu;
-std::shared_ptr<ExpertComm> g_comm;
+ProcessSlot<ExpertComm> g_comm;
 }  // namespace
 
-void set_process_expert_comm(std::shared_ptr<ExpertComm> c) {
-  std::lock_guard<std::mutex> l(g_mu);
-  g_comm = std::move(c);
-}
-
-std::shared_ptr<ExpertComm> process_expert_comm() {
-  std::lock_guard<std::mutex> l(g_mu);
-  return g_comm;
-}
+void set_process_expert_comm(std::shared_ptr<ExpertComm> c) { g_comm.set(std::move(c)); }
+std::shared_ptr<ExpertComm> process_expert_comm() { return g_comm.get(); }
 
 }  // namespace strata

@@ -65,24 +65,35 @@ void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& ro
   MPI_Type_free(&row);
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// allgather_rows under a name, with the seconds spent in it summed (a layout's collective
+// time): the one implementation behind both layouts' communicators.
+class TimedAllgather {
+ public:
+  explicit TimedAllgather(const char* what) : what_(what) {}
+  void operator()(float* buf, const std::vector<int64_t>& rows_per_rank, int64_t row_floats) {
+    const auto t0 = std::chrono::steady_clock::now();
+    allgather_rows(what_, buf, rows_per_rank, row_floats);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  const char* what_;
+  double seconds_ = 0;
+};
 
 class MpiExpertComm final : public ExpertComm {
  public:
   int rank() const override { return mpi_rank(); }
   int size() const override { return mpi_size(); }
-  double seconds() const override { return seconds_; }
+  double seconds() const override { return gather_.seconds(); }
   void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
                       int64_t row_floats) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    strata::allgather_rows("expert parallel", buf, rows_per_rank, row_floats);
-    seconds_ += seconds_since(t0);
+    gather_(buf, rows_per_rank, row_floats);
   }
 
  private:
-  double seconds_ = 0;
+  TimedAllgather gather_{"expert parallel"};
 };
 
 class MpiDcpComm final : public DcpComm {
@@ -91,17 +102,15 @@ class MpiDcpComm final : public DcpComm {
   int rank() const override { return mpi_rank(); }
   int size() const override { return mpi_size(); }
   int64_t interleave() const override { return interleave_; }
-  double seconds() const override { return seconds_; }
+  double seconds() const override { return gather_.seconds(); }
   void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
                       int64_t row_floats) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    strata::allgather_rows("decode context parallel", buf, rows_per_rank, row_floats);
-    seconds_ += seconds_since(t0);
+    gather_(buf, rows_per_rank, row_floats);
   }
 
  private:
   int64_t interleave_;
-  double seconds_ = 0;
+  TimedAllgather gather_{"decode context parallel"};
 };
 
 }  // namespace

@@ -177,18 +177,27 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       if (cols.empty()) return;
     }
     const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
-    auto col = [&](int64_t j) { return dcp ? cols[j] : g0 + j; };
     std::vector<double> dots(nc * ih);
-    std::vector<float> tmp(nc);
+    std::vector<float> tmp(dcp ? nc : 0);
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
-      // Columns j < e are visible to row i (ascending columns: a prefix).
-      int64_t e = 0;
-      while (e < nc && col(e) < vis) ++e;
-      if (e > 0) v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
       float* score = &scores[i * clen];
-      if (e > 0) v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], tmp.data());
-      for (int64_t j = 0; j < nc; ++j) score[col(j)] = j < e ? tmp[j] : kNegInf;
+      if (!dcp) {  // columns g0 + j: the first e are visible, written in place
+        const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
+        if (e > 0) {
+          v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
+          v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], score + g0);
+        }
+        std::fill(score + g0 + e, score + g1, kNegInf);
+        continue;
+      }
+      // Owned columns (ascending): the first e are visible; scattered to their positions.
+      const int64_t e = std::lower_bound(cols.begin(), cols.end(), vis) - cols.begin();
+      if (e > 0) {
+        v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
+        v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], tmp.data());
+      }
+      for (int64_t j = 0; j < nc; ++j) score[cols[j]] = j < e ? tmp[j] : kNegInf;
     }
   };
   // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):
