@@ -75,6 +75,8 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     if (process_dcp_comm())
       return invalid_argument("{}: decode context parallelism is built for the DeepSeek V4 / V4.1 "
                               "compressed caches only, not yet for a plain-KV (Llama) model", dir);
+    if (!options.debug_perturb_restore.empty())
+      return invalid_argument("--debug-perturb-restore is built for the DeepSeek V4 / V4.1 runners");
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
@@ -90,6 +92,10 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     cache.salt = options.prefix_salt;
     cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
+    if (!options.debug_perturb_restore.empty()) {
+      STRATA_ASSIGN_OR_RETURN(StateKind k, parse_state_kind(options.debug_perturb_restore));
+      cache.debug_perturb_restore_kind = static_cast<int>(k);
+    }
     STRATA_ASSIGN_OR_RETURN(auto r, DeepseekV41Runner::create(dir, load, options.name, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }
@@ -100,6 +106,10 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     cache.salt = options.prefix_salt;
     cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
+    if (!options.debug_perturb_restore.empty()) {
+      STRATA_ASSIGN_OR_RETURN(StateKind k, parse_state_kind(options.debug_perturb_restore));
+      cache.debug_perturb_restore_kind = static_cast<int>(k);
+    }
     STRATA_ASSIGN_OR_RETURN(auto r,
                             DeepseekV4Runner::create(dir, options.name, options.threads, cache));
     return std::unique_ptr<ModelRunner>(std::move(r));

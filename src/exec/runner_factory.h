@@ -42,6 +42,9 @@ struct RunnerOptions {
   // Filled by make_model_runner from `tiers` (runners read them; callers leave them unset).
   std::shared_ptr<UnitStore> unit_store;
   uint64_t prefix_salt = 0;
+  // Test hook (`serve --debug-perturb-restore KIND`, DeepSeek runners): a state kind whose
+  // rows a prefix-hit restore perturbs (CacheOptions::debug_perturb_restore_kind); "" = off.
+  std::string debug_perturb_restore;
 };
 
 // The architecture string of a model directory ("LlamaForCausalLM", ...).

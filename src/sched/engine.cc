@@ -98,6 +98,10 @@ struct Engine::Active {
   std::vector<Clock::time_point> token_times;
   bool prefill_counted = false;
   bool export_state = false;  // SubmitOptions::export_state
+  bool export_final = false;  // SubmitOptions::export_final_state
+  bool imported = false;      // admitted with an import_state
+  int64_t last_step_tokens = 0;  // tokens the latest step computed for it
+  bool last_step_verify = false; // the latest step verified speculative drafts
 };
 
 namespace {
@@ -358,6 +362,26 @@ void Engine::publish_stats() {
   s.spec_decode_rollback_recomputed_tokens = c.spec_rollback_recomputed_tokens;
   s.cache_usage = runner_->cache_usage();
   s.prefix_cache_bytes_per_unit = runner_->prefix_cache_bytes_per_unit();
+  const auto now = Clock::now();
+  for (const auto& [id, ap] : active_) {
+    if (s.requests.size() >= EngineStats::kMaxRequestSnapshots) break;
+    const Active& a = *ap;
+    if (!scheduler_.contains(a.seq)) continue;  // finishing
+    RequestSnapshot r;
+    r.id = id;
+    r.prompt_tokens = a.prompt_tokens;
+    r.generated_tokens = a.generated;
+    r.imported = a.imported;
+    r.age_s = seconds(now - a.arrival);
+    r.computed_tokens = scheduler_.num_computed(a.seq);
+    r.cached_tokens = scheduler_.cached_prompt_tokens(a.seq);
+    r.last_step_tokens = a.last_step_tokens;
+    if (!scheduler_.is_running(a.seq)) r.phase = "waiting";
+    else if (r.computed_tokens < a.prompt_tokens) r.phase = "prefill";
+    else if (a.last_step_verify) r.phase = "verify";
+    else r.phase = "decode";
+    s.requests.push_back(std::move(r));
+  }
   std::lock_guard lock(stats_mu_);
   stats_ = std::move(s);
 }
@@ -402,6 +426,8 @@ bool Engine::iterate() {
     a->max_new_tokens = std::min(a->params.max_tokens, info.max_context - a->prompt_tokens);
     a->arrival = in.arrival;
     a->export_state = in.opts.export_state;
+    a->export_final = in.opts.export_final_state;
+    a->imported = in.opts.import_state != nullptr;
     runner_->prefetch_cached_prefix(in.prompt);  // slow tiers -> fast, while it waits
     scheduler_.add(a->seq, std::move(in.prompt), a->params.priority, std::move(in.opts.import_state),
                    in.opts.fail_on_import_error);
@@ -430,6 +456,8 @@ bool Engine::iterate() {
   for (const ScheduledItem& s : plan.scheduled) {
     Active& a = *active_.at(s.seq.value);
     if (!a.first_scheduled) a.first_scheduled = t0;
+    a.last_step_tokens = s.num_tokens;
+    a.last_step_verify = s.all_logits;
   }
 
   // 3. Forward.
@@ -652,6 +680,24 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
       scheduler_.contains(a.seq) ? scheduler_.cached_prompt_tokens(a.seq) : 0;
   const PrefixRestoreInfo restore =
       scheduler_.contains(a.seq) ? scheduler_.prefix_restore(a.seq) : PrefixRestoreInfo{};
+  std::string state_error;
+  if (a.export_final && reason != FinishReason::kError && !handoff) {
+    // Validation mode: the state of every position computed so far (the last sampled token
+    // was never fed).
+    if (!scheduler_.contains(a.seq)) {
+      state_error = "the request held no state";
+    } else {
+      const std::vector<int32_t>& all = scheduler_.tokens(a.seq);
+      const int64_t n = scheduler_.num_computed(a.seq);
+      auto st = std::make_shared<HandoffState>();
+      Status ex = n > 0 ? runner_->export_handoff(
+                              a.seq, 0, std::span<const int32_t>(all.data(), static_cast<size_t>(n)),
+                              st.get())
+                        : Status(StatusCode::kFailedPrecondition, "no position computed");
+      if (ex.ok()) handoff = std::move(st);
+      else state_error = ex.message();
+    }
+  }
   scheduler_.remove(a.seq);  // releases every state kind right away
 
   RequestTimings t;
@@ -684,6 +730,7 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
   e.replayed_tokens = restore.replayed_tokens;
   e.approximate_prefix = restore.approximate;
   e.handoff = std::move(handoff);
+  e.state_error = std::move(state_error);
   a.stream->push(std::move(e));
   active_.erase(a.id);  // `a` is gone after this line
 }

@@ -72,6 +72,21 @@ class EngineObserver {
   virtual void on_request_finished(const RequestTimings& timings) = 0;
 };
 
+// One request the engine holds, as of the latest step (EngineStats::requests; the dashboard).
+// phase: "waiting" (queued or preempted), "prefill" (prompt positions left), "verify" (its
+// latest step verified speculative drafts), "decode".
+struct RequestSnapshot {
+  RequestId id = 0;
+  std::string phase;
+  int64_t prompt_tokens = 0;
+  int64_t computed_tokens = 0;   // positions whose state the runner holds
+  int64_t generated_tokens = 0;
+  int64_t last_step_tokens = 0;  // positions its latest step computed (a prefill chunk, 1 + drafts)
+  int64_t cached_tokens = 0;     // prompt positions from the prefix cache or an import
+  bool imported = false;         // admitted with a PD handoff state
+  double age_s = 0;              // since arrival
+};
+
 struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
@@ -111,6 +126,9 @@ struct EngineStats {
   std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;
   int64_t spec_decode_rollback_recomputes = 0;
   int64_t spec_decode_rollback_recomputed_tokens = 0;
+  // The requests the engine holds (at most kMaxRequestSnapshots, oldest first).
+  std::vector<RequestSnapshot> requests;
+  static constexpr size_t kMaxRequestSnapshots = 256;
 };
 
 class Engine {
@@ -125,6 +143,8 @@ class Engine {
   // The runner's prefix-cache hit granularity in tokens (0: no prefix cache), read once.
   int64_t prefix_alignment() const { return prefix_alignment_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
+  // The runner's state graph (null: the runner has none; immutable, share freely).
+  const StateGraph* state_graph() const { return runner_->state_graph(); }
   void set_observer(EngineObserver* observer);  // call before start()
 
   void start();

@@ -96,6 +96,7 @@ struct RequestEvent {
   // Final event of a request submitted with SubmitOptions::export_state: the exported state
   // of its prompt (prefill role of PD disaggregation); null otherwise.
   std::shared_ptr<const HandoffState> handoff;
+  std::string state_error;  // export_final_state: why no state was exported
 };
 
 // How a request enters the engine beyond its prompt and parameters (PD disaggregation).
@@ -109,6 +110,10 @@ struct SubmitOptions {
   // When the import fails at admission: true ends the request with the error
   // (--kv-load-failure-policy fail); false computes the prompt locally (recompute).
   bool fail_on_import_error = true;
+  // Validation mode (`serve --debug-state-digests`): when the request ends (not with an
+  // error), its state as of its last computed position is exported into the final event's
+  // `handoff` (or `state_error` says why not), so a validator can compare it row by row.
+  bool export_final_state = false;
 };
 
 class Engine;

@@ -1,8 +1,11 @@
 // ChoiceStreams (see choice_streams.h).
 #include "serve/choice_streams.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
+
+#include "serve/state_rows.h"
 
 namespace strata {
 
@@ -84,7 +87,19 @@ StatusOr<std::string> ChoiceStreams::collect(const std::function<bool()>& client
     }
     out.push_back(std::move(o));
   }
-  return render_response(o_.meta, out, usage(), o_.tokenizer, o_.warnings);
+  std::string body = render_response(o_.meta, out, usage(), o_.tokenizer, o_.warnings);
+  if (o_.state_graph == nullptr) return body;
+  nlohmann::json j = nlohmann::json::parse(body);
+  for (auto& choice : j["choices"]) {
+    const int64_t index = choice["index"].get<int64_t>();
+    const Choice& c = *std::find_if(choices_.begin(), choices_.end(),
+                                    [&](const Choice& x) { return x.run.index == index; });
+    choice["strata_state"] =
+        c.last.handoff ? state_rows_json(*c.last.handoff, *o_.state_graph)
+                       : nlohmann::json{{"error", c.last.state_error.empty() ? "no state exported"
+                                                                             : c.last.state_error}};
+  }
+  return j.dump();
 }
 
 DeepseekV4ParserOptions ChoiceStreams::parser_options(const Choice& c) const {

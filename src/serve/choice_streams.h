@@ -33,6 +33,8 @@
 
 namespace strata {
 
+class StateGraph;
+
 struct ChoiceRun {
   int64_t index = 0;         // the choice's index in the response
   int64_t prompt_index = 0;  // which prompt it samples (usage counts each prompt once)
@@ -51,6 +53,9 @@ struct ChoiceRenderOptions {
   std::optional<DeepseekV4ParserOptions> chat_parser;
   // Lines for the response's "warnings" field (non-streaming; e.g. unknown prompt tokens).
   std::vector<std::string> warnings;
+  // Validation mode (`--debug-state-digests`; non-streaming): each choice gets
+  // "strata_state" (serve/state_rows.h) from its final event's exported state. Null: off.
+  const StateGraph* state_graph = nullptr;
 };
 
 class ChoiceStreams {

@@ -360,6 +360,7 @@ void HttpServer::install_routes() {
       }
       // recompute: the prompt is computed here, as a colocated server would.
     }
+    so.export_final_state = options_.state_digests;
     // Choice k = p * n + i samples prompt p; with a seed, sample i uses seed + i.
     std::vector<ChoiceRun> runs;
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -381,6 +382,7 @@ void HttpServer::install_routes() {
                            engine_->tokenizer(), r.params.logprobs >= 0, want_token_ids,
                            r.include_usage, std::nullopt, warnings};
     for (const std::string& w : warnings) spdlog::warn("strata: warning: {}", w);
+    if (options_.state_digests && !r.stream) ro.state_graph = engine_->state_graph();
     if (ep == ApiEndpoint::kChat &&
         (!options_.reasoning_parser.empty() || !options_.tool_call_parser.empty())) {
       DeepseekV4ParserOptions po;

@@ -73,6 +73,10 @@ struct HttpServerOptions {
   std::shared_ptr<const ChatPrompt> chat_prompt;
   // Prefix of every /metrics name ("strata:"; "vllm:" makes vLLM's dashboards work).
   std::string metrics_prefix = "strata:";
+  // --debug-state-digests (validation mode): every request exports its state when it ends and
+  // non-streaming responses carry it hashed row by row (serve/state_rows.h); costs a copy of
+  // each request's state. Needs a runner with a state graph and export (not under DCP).
+  bool state_digests = false;
   // API key, allowed hosts, CORS (serve/request_guard.h).
   RequestGuardOptions guard;
 };

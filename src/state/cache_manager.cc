@@ -161,6 +161,29 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
 
 CacheManager::~CacheManager() = default;
 
+void CacheManager::perturb_restore(Seq& s, const std::vector<const Entry*>& chain) {
+  Impl& I = *impl_;
+  if (opts_.dcp.sharded()) return;  // not built under DCP (rows of other ranks)
+  const int64_t hit = static_cast<int64_t>(chain.size()) * block_tokens_;
+  for (const auto& o : graph_.owners()) {
+    if (static_cast<int>(o.kind) != opts_.debug_perturb_restore_kind) continue;
+    const int p = I.pool_of[o.id];
+    if (p < 0 || !I.pools[p].has_storage()) continue;
+    BlockPool& pool = I.pools[p];
+    uint8_t* row = nullptr;
+    if (I.paged[o.id]) {
+      const BlockId b = chain.front()->paged[o.id];
+      if (!I.perturbed.insert({p, b}).second) continue;  // a shared block: once
+      row = pool.row(b, 0);
+    } else {
+      const int64_t r =
+          o.spec.granularity == Granularity::kRing ? (hit - 1) % pool.rows_per_block() : 0;
+      row = pool.row(s.tables[o.id].front(), r);
+    }
+    row[0] ^= 0x5A;
+  }
+}
+
 int64_t CacheManager::boundary_snapshot_bytes() const {
   if (!impl_->snapshots) return 0;
   int64_t b = 0;
@@ -522,6 +545,7 @@ void CacheManager::commit(const StepPlan& plan) {
           }
         }
       }
+      if (!chain.empty() && opts_.debug_perturb_restore_kind >= 0) perturb_restore(s, chain);
       s.started = true;
       s.computed = sp.hit_tokens;
       s.published = sp.hit_tokens / u;

@@ -87,6 +87,11 @@ struct CacheOptions {
   // block_tokens then also makes every such pool's rows per block a multiple of S * D
   // (dcp_block_tokens); an explicit block_tokens that does not is a CHECK failure.
   RowShard dcp;
+  // Test hook for validators (`serve --debug-perturb-restore KIND`): when a prefix hit is
+  // restored, one byte of each owner of this kind is changed (ring / fixed owners: the
+  // sequence's copy, in the row of the hit's last position or row 0; paged owners: row 0 of
+  // the hit's first block, once per block). A deliberately broken restore; -1 = off.
+  int debug_perturb_restore_kind = -1;
 };
 
 // The default block_tokens under DCP: default_block_tokens(g), raised to a multiple of
@@ -292,6 +297,8 @@ class CacheManager {
   Entry& materialize(uint64_t key);
   // Writes the entry (with its snapshot, if any) to the store.
   void store_entry(const Entry& e);
+  // CacheOptions::debug_perturb_restore_kind: changes the restored rows of a hit (test hook).
+  void perturb_restore(Seq& s, const std::vector<const Entry*>& chain);
   struct Lease;
   struct Impl;
   StateGraph graph_;

@@ -68,6 +68,7 @@ struct CacheManager::Impl {
   mutable uint64_t next_plan_id = 1;
   uint64_t lru_clock = 0;
   bool any_ringfixed = false;
+  std::set<std::pair<int, BlockId>> perturbed;  // debug_perturb_restore_kind: paged blocks done
   bool snapshots = true;  // CacheOptions::boundary_snapshots (and some ring/fixed owner)
   // Unit store below the working pool (CacheOptions::unit_store; null = none).
   std::shared_ptr<UnitStore> store;

@@ -27,6 +27,16 @@ const char* state_kind_name(StateKind k) {
   return "?";
 }
 
+StatusOr<StateKind> parse_state_kind(std::string_view name) {
+  std::string names;
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    const char* n = state_kind_name(static_cast<StateKind>(k));
+    if (name == n) return static_cast<StateKind>(k);
+    names += names.empty() ? n : fmt::format(", {}", n);
+  }
+  return invalid_argument("unknown state kind '{}' (one of: {})", name, names);
+}
+
 const char* granularity_name(Granularity g) {
   switch (g) {
     case Granularity::kPerToken: return "per_token";

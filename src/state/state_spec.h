@@ -29,6 +29,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "base/status.h"
 
 namespace strata {
 
@@ -46,6 +49,8 @@ enum class StateKind : uint8_t {
 };
 inline constexpr int kNumStateKinds = 10;
 const char* state_kind_name(StateKind k);
+// The kind named `name` (state_kind_name's spelling); InvalidArgument listing the names.
+StatusOr<StateKind> parse_state_kind(std::string_view name);
 
 enum class Granularity : uint8_t {
   kPerToken,          // one row per token, grows (kPlainKv, V4.1 ratio-1 compressed)

@@ -48,6 +48,8 @@ struct ServeCli {
   std::string speculative_config;
   TierCli tiers;
   RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
+  bool debug_state_digests = false;
+  std::string debug_perturb_restore;
 };
 
 int run_serve(ServeCli& o) {
@@ -110,6 +112,13 @@ int run_serve(ServeCli& o) {
   so.runner.prefix_restore = o.prefix_restore;
   if (Status st = apply_tier_flags(o.tiers, &so.runner); !st.ok()) {
     fmt::print(stderr, "strata serve: {}\n", st.message());
+    return 2;
+  }
+  so.runner.debug_perturb_restore = o.debug_perturb_restore;
+  so.http.state_digests = o.debug_state_digests;
+  if (o.debug_state_digests && o.ranks.dcp > 1) {
+    fmt::print(stderr, "strata serve: --debug-state-digests is not built under decode context "
+               "parallelism (each rank holds a share of the rows)\n");
     return 2;
   }
   so.runner.progress = true;
@@ -284,6 +293,12 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--kv-transfer-contract-override", o->disagg.contract_overrides,
                   "Test hook: FIELD=VALUE replaces a handoff-contract field (to exercise a "
                   "mismatch)");
+  cmd->add_flag("--debug-state-digests", o->debug_state_digests,
+                "Validation mode: non-streaming responses carry each request's final state, "
+                "hashed row by row (\"strata_state\"; `strata validate matrix` compares them)");
+  cmd->add_option("--debug-perturb-restore", o->debug_perturb_restore,
+                  "Test hook: a prefix-hit restore changes one byte of this state kind's rows "
+                  "(window_kv, compressed_kv, index_keys, ...) -- a deliberately broken restore");
   cmd->callback([o] { set_exit_code(run_serve(*o)); });
 }
 
