@@ -89,6 +89,7 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
     cache.unit_store = options.unit_store;
+    cache.prefix_cache = options.enable_prefix_caching;
     cache.salt = options.prefix_salt;
     cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));
@@ -103,6 +104,7 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     V41RunnerCacheOptions cache;
     cache.max_tokens = options.kv_cache_tokens;  // 0 = the runner's default
     cache.unit_store = options.unit_store;
+    cache.prefix_cache = options.enable_prefix_caching;
     cache.salt = options.prefix_salt;
     cache.dcp = dcp_shard(process_dcp_comm().get());
     STRATA_ASSIGN_OR_RETURN(cache.restore, parse_v41_prefix_restore(options.prefix_restore));

@@ -45,6 +45,9 @@ struct RunnerOptions {
   // Test hook (`serve --debug-perturb-restore KIND`, DeepSeek runners): a state kind whose
   // rows a prefix-hit restore perturbs (CacheOptions::debug_perturb_restore_kind); "" = off.
   std::string debug_perturb_restore;
+  // vLLM's --enable-prefix-caching (default) / --no-enable-prefix-caching: false = every
+  // prompt is computed from position 0 (nothing published, nothing hit).
+  bool enable_prefix_caching = true;
 };
 
 // The architecture string of a model directory ("LlamaForCausalLM", ...).

@@ -49,6 +49,7 @@ struct ServeCli {
   TierCli tiers;
   RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
   bool debug_state_digests = false;
+  bool enable_prefix_caching = true;
   std::string debug_perturb_restore;
 };
 
@@ -115,6 +116,7 @@ int run_serve(ServeCli& o) {
     return 2;
   }
   so.runner.debug_perturb_restore = o.debug_perturb_restore;
+  so.runner.enable_prefix_caching = o.enable_prefix_caching;
   so.http.state_digests = o.debug_state_digests;
   if (o.debug_state_digests && o.ranks.dcp > 1) {
     fmt::print(stderr, "strata serve: --debug-state-digests is not built under decode context "
@@ -293,6 +295,8 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--kv-transfer-contract-override", o->disagg.contract_overrides,
                   "Test hook: FIELD=VALUE replaces a handoff-contract field (to exercise a "
                   "mismatch)");
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
+                "Prefix caching (default on; as vLLM)");
   cmd->add_flag("--debug-state-digests", o->debug_state_digests,
                 "Validation mode: non-streaming responses carry each request's final state, "
                 "hashed row by row (\"strata_state\"; `strata validate matrix` compares them)");

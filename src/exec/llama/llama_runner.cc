@@ -35,6 +35,7 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
   k.cache_tokens = k.capacity_tokens;
   k.unit_store = o.unit_store;
   k.salt = o.prefix_salt;
+  k.prefix_cache = o.enable_prefix_caching;
   // With a checkpoint fingerprint (tiers) the files are the identity, not their path, so
   // servers on copies of the checkpoint share units.
   k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}",

@@ -1,0 +1,168 @@
+// `strata validate matrix --model DIR [--steps 1-9] [--out DIR]`: the validation ladder
+// (issue 27; docs/validation-matrix.md). Each step starts its own deployment (strata serve,
+// the PD router, mpirun, redis-server), sends a fixed set of token-id prompts (greedy,
+// logprobs, the state row hashes of the validation mode), compares the answers with the
+// nearest lower step that passed (tolerance 0: a position's logits and state are a function
+// of its prefix alone), replays a trace slice for latency and occupancy, reads /metrics, and
+// stops what it started. Writes OUT/matrix.json (one record per step), OUT/report.html and
+// OUT/support-matrix.jsonl. Exit 1 when a step that was built fails, 2 on a usage error.
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "serve/bench_workload.h"
+#include "tools/command_registry.h"
+#include "tools/matrix_check.h"
+#include "tools/matrix_load.h"
+#include "tools/matrix_record.h"
+#include "tools/matrix_report.h"
+#include "tools/matrix_steps.h"
+
+namespace strata::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct MatrixArgs {
+  std::string model;
+  std::string steps = "1-9";
+  std::string out = "validate-matrix";
+  int64_t max_tokens = 12;
+  int64_t load_requests = 12;
+  std::string trace;
+  std::string golden_cases;
+  int threads = 1;
+  std::string perturb_kind;
+  int perturb_step = 3;
+};
+
+StatusOr<std::vector<int>> parse_steps(const std::string& s) {
+  std::vector<int> out;
+  size_t p = 0;
+  while (p <= s.size()) {
+    const size_t comma = std::min(s.find(',', p), s.size());
+    const std::string part = s.substr(p, comma - p);
+    const size_t dash = part.find('-');
+    try {
+      const int a = std::stoi(part.substr(0, dash));
+      const int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
+      if (a < 1 || b > 9 || a > b) throw std::out_of_range("range");
+      for (int i = a; i <= b; ++i)
+        if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+    } catch (const std::exception&) {
+      return invalid_argument("--steps: '{}' is not a step list like 1-9 or 1,3,5 (steps 1-9)", s);
+    }
+    p = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int run_matrix(const MatrixArgs& a) {
+  auto steps = parse_steps(a.steps);
+  if (!steps.ok()) {
+    fmt::print(stderr, "validate matrix: {}\n", steps.status().message());
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(a.out, ec);
+  if (ec) {
+    fmt::print(stderr, "validate matrix: cannot create {}: {}\n", a.out, ec.message());
+    return 2;
+  }
+  MatrixContext c;
+  c.strata_bin = self_binary();
+  c.model_dir = fs::absolute(a.model).string();
+  c.out_dir = fs::absolute(a.out).string();
+  c.threads = a.threads;
+  c.perturb_kind = a.perturb_kind;
+  c.perturb_step = a.perturb_step;
+  StatusOr<ModelFacts> facts = model_facts(c);
+  if (!facts.ok()) {
+    fmt::print(stderr, "validate matrix: {}\n", facts.status().message());
+    return 1;
+  }
+  c.architecture = facts->family;
+  c.has_experts = facts->has_experts;
+  const json common = common_fields(c, *facts);
+  StatusOr<Workload> load = matrix_workload(a.trace, *facts, a.load_requests);
+  if (!load.ok()) {
+    fmt::print(stderr, "validate matrix: {}\n", load.status().message());
+    return 2;
+  }
+  const std::vector<MatrixPrompt> prompts =
+      matrix_prompts(facts->vocab_size, facts->max_context, facts->alignment, a.max_tokens, 0x5eed);
+  fmt::print("validate matrix: {} ({}), steps {}, {} prompts x {} tokens, load {} requests, out {}\n",
+             c.model_dir, facts->architecture, a.steps, prompts.size(), a.max_tokens,
+             load->requests.size(), c.out_dir);
+  std::fflush(stdout);
+
+  std::vector<json> records;
+  std::vector<StepRun> runs;  // for the report
+  std::vector<PromptOutput> below;
+  int below_step = 0;
+  bool failed = false;
+  for (int id : *steps) {
+    const StepInfo& info = matrix_steps().at(static_cast<size_t>(id - 1));
+    StepRun run = run_step(c, info, prompts, a.max_tokens, *load, below, below_step,
+                           id == 1 ? a.golden_cases : "");
+    json rec = common;
+    fill_record(&rec, c, *facts, info, run);
+    const std::string status = rec["status"].get<std::string>();
+    fmt::print("step {} {:<17} {:<15} {}\n", id, info.name, status,
+               rec["reason"].is_string() ? rec["reason"].get<std::string>() : "");
+    std::fflush(stdout);
+    if (status == "fail") failed = true;
+    if (status == "pass") {
+      below = run.outputs;
+      below_step = id;
+    }
+    records.push_back(std::move(rec));
+    runs.push_back(std::move(run));
+  }
+  const json doc = matrix_document(records);
+  std::ofstream(fs::path(a.out) / "matrix.json") << doc.dump(2) << "\n";
+  std::ofstream sm(fs::path(a.out) / "support-matrix.jsonl");
+  for (const json& r : records)
+    if (r["status"] == "pass" || r["status"] == "fail") sm << r["support_matrix"].dump() << "\n";
+  std::ofstream(fs::path(a.out) / "report.html") << render_matrix_html(doc, runs);
+  fmt::print("validate matrix: wrote {}/matrix.json, {}/report.html, {}/support-matrix.jsonl\n",
+             c.out_dir, c.out_dir, c.out_dir);
+  if (failed) fmt::print("validate matrix: FAILED (a built step did not pass)\n");
+  return failed ? 1 : 0;
+}
+
+void setup_validate_matrix(CLI::App& app) {
+  auto* parent = app.get_subcommand("validate");
+  auto a = std::make_shared<MatrixArgs>();
+  auto* cmd = parent->add_subcommand(
+      "matrix", "Climb the validation ladder on a model: each step's deployment, equality with "
+                "the step below, latency, occupancy, transfers, hit rates (matrix.json, report.html)");
+  cmd->add_option("--model", a->model, "Model directory")->required();
+  cmd->add_option("--steps", a->steps, "Steps to run: 1-9, or a list such as 1,3,4 (1 baseline, "
+                  "2 chunked prefill, 3 prefix cache, 4 PD, 5 DCP, 6 KV pool, 7 EP, "
+                  "8 speculative decoding, 9 high concurrency)")->capture_default_str();
+  cmd->add_option("--out", a->out, "Output directory")->capture_default_str();
+  cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per check prompt")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--load-requests", a->load_requests, "Requests of each step's load (a trace slice)")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  cmd->add_option("--trace", a->trace, "Load trace: mooncake:FILE or azure:FILE (default: the "
+                  "repo's Mooncake head, else random prompts)");
+  cmd->add_option("--golden-cases", a->golden_cases, "Golden cases for step 1's accuracy "
+                  "(`validate golden --cases`; DeepSeek models)");
+  cmd->add_option("--threads", a->threads, "Compute threads of each server process")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--debug-perturb-restore", a->perturb_kind,
+                  "Test hook: the servers of --debug-perturb-step change one byte of this state "
+                  "kind on every prefix-hit restore (the step must fail, naming the kind)");
+  cmd->add_option("--debug-perturb-step", a->perturb_step, "Step the hook applies to")
+      ->check(CLI::Range(1, 9))->capture_default_str();
+  cmd->callback([a] { set_exit_code(run_matrix(*a)); });
+}
+
+}  // namespace
+STRATA_REGISTER_COMMAND("validate_matrix", setup_validate_matrix);
+}  // namespace strata::tools
