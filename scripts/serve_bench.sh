@@ -3,7 +3,8 @@
 # (models/stories260K) on a free loopback port, show a short generated text, replay a slice
 # of the Mooncake conversation trace against it with `strata bench serve`, print the
 # report, and stop the server. Usage: scripts/serve_bench.sh [BUILD_DIR]
-# Outputs: bench-mooncake.json and bench-mooncake.svg in the current directory.
+# Outputs: bench-mooncake.json and bench-mooncake.svg in the current directory, and the
+# validation ladder's validate-matrix/report.html and matrix.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -21,7 +22,7 @@ for _ in $(seq 1 100); do
 done
 URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$LOG" | head -1)
 [[ -n "$URL" ]] || { cat "$LOG"; echo "server did not start" >&2; exit 1; }
-echo "[serve] $URL"
+echo "[serve] $URL (live dashboard of its state: $URL/dashboard)"
 echo "[serve] POST /v1/completions {\"prompt\": \"Once upon a time\", \"max_tokens\": 64}:"
 curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}'
@@ -32,3 +33,10 @@ echo "[bench] trace $TRACE"
 "$STRATA" bench serve --url "$URL" --trace "mooncake:$TRACE" --num-requests "${NUM_REQUESTS:-200}" \
   --block-tokens 16 --time-scale "${TIME_SCALE:-0.02}" --length-scale 0.05 \
   --goodput ttft:500 tpot:50 --out bench-mooncake.json --plot bench-mooncake.svg
+echo "[serve] the dashboard was live at $URL/dashboard while the trace ran"
+# The validation ladder on the same model (docs/validation-matrix.md): each step starts and
+# stops its own servers (PD router, a redis-server pool, mpirun steps are recorded as not
+# built / not applicable for this Llama model).
+echo "[validate] strata validate matrix --model models/stories260K --out validate-matrix"
+"$STRATA" validate matrix --model models/stories260K --out validate-matrix --load-requests 8
+echo "[validate] report: $(pwd)/validate-matrix/report.html (records: validate-matrix/matrix.json)"

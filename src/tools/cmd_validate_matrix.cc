@@ -101,13 +101,13 @@ int run_matrix(const MatrixArgs& a) {
 
   std::vector<json> records;
   std::vector<StepRun> runs;  // for the report
-  std::vector<PromptOutput> below;
-  int below_step = 0;
+  std::vector<PromptOutput> below, below_state;
+  int below_step = 0, below_state_step = 0;
   bool failed = false;
   for (int id : *steps) {
     const StepInfo& info = matrix_steps().at(static_cast<size_t>(id - 1));
-    StepRun run = run_step(c, info, prompts, a.max_tokens, *load, below, below_step,
-                           id == 1 ? a.golden_cases : "");
+    StepRun run = run_step(c, info, prompts, a.max_tokens, *load, below, below_step, below_state,
+                           below_state_step, id == 1 ? a.golden_cases : "");
     json rec = common;
     fill_record(&rec, c, *facts, info, run);
     const std::string status = rec["status"].get<std::string>();
@@ -118,6 +118,10 @@ int run_matrix(const MatrixArgs& a) {
     if (status == "pass") {
       below = run.outputs;
       below_step = id;
+      if (!below.empty() && !below[0].state.is_null()) {
+        below_state = run.outputs;
+        below_state_step = id;
+      }
     }
     records.push_back(std::move(rec));
     runs.push_back(std::move(run));

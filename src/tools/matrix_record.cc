@@ -172,6 +172,7 @@ StatusOr<Workload> matrix_workload(const std::string& trace, const ModelFacts& f
 StepRun run_step(const MatrixContext& c, const StepInfo& info,
                  const std::vector<MatrixPrompt>& prompts, int64_t max_tokens,
                  const Workload& load, const std::vector<PromptOutput>& below, int below_step,
+                 const std::vector<PromptOutput>& below_state, int below_state_step,
                  const std::string& golden_cases) {
   StepRun run;
   run.step = info.id;
@@ -189,6 +190,7 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
   const auto p0 = d.prefill_metrics_url.empty() ? std::vector<MetricSample>{} : fetch_metrics(d.prefill_metrics_url);
   run.outputs = run_prompts(d.url, prompts, max_tokens, d.concurrent, d.repeat);
   std::vector<MetricSample> m_first;  // step 6: server A's counters before it stops
+  std::vector<MetricSample> m_b0 = m0;  // step 6: server B's counters when it started
   if (info.id == 6) {
     m_first = fetch_metrics(d.metrics_url);
     if (Status st = restart_pool_server(c, &d); !st.ok()) {
@@ -197,15 +199,22 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
       d.stop();
       return run;
     }
+    m_b0 = fetch_metrics(d.metrics_url);  // server B before its round
     auto second = run_prompts(d.url, prompts, max_tokens, false, 1);
     run.outputs.insert(run.outputs.end(), second.begin(), second.end());
   }
-  const auto m_b0 = info.id == 6 ? fetch_metrics(d.metrics_url) : m0;
   // Compare with the step below (prompt i of every round against prompt i below).
   std::vector<PromptOutput> ref;
   if (below_step > 0)
-    for (size_t i = 0; i < run.outputs.size(); ++i) ref.push_back(below[i % below.size()]);
+    for (size_t i = 0; i < run.outputs.size(); ++i) {
+      ref.push_back(below[i % below.size()]);
+      // The step below carries no state (DCP): the rows are compared with the nearest lower
+      // step that passed with them.
+      if (ref.back().state.is_null() && !below_state.empty())
+        ref.back().state = below_state[i % below_state.size()].state;
+    }
   run.compared_to = below_step;
+  run.state_compared_to = below_step > 0 && !below.empty() && below[0].state.is_null() ? below_state_step : below_step;
   if (below_step > 0) {
     run.cmp = compare_outputs(ref, run.outputs, 0.0);
   } else {  // the reference step: every prompt must be answered
@@ -233,7 +242,7 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
   auto delta = [&](const std::string& base, const std::map<std::string, std::string>& w = {}) {
     // Step 6 counts both servers: A's totals, plus B's growth.
     const double a = info.id == 6 ? counter(m_first, base, w) - counter(m0, base, w) : 0.0;
-    return a + counter(m1, base, w) - counter(info.id == 6 ? m_b0 : m0, base, w);
+    return a + counter(m1, base, w) - counter(m_b0, base, w);
   };
   json& x = run.deltas;
   for (const char* k : {"prefix_cache_queries", "prefix_cache_hits", "prefix_replayed_tokens",
@@ -349,6 +358,8 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
   if (ran) {
     json acc = run.cmp.to_json();
     acc["compared_to"] = run.compared_to > 0 ? json(run.compared_to) : json(nullptr);
+    acc["state"]["compared_to"] =
+        acc["state"]["compared"].get<bool>() ? json(run.state_compared_to) : json(nullptr);
     acc["tolerance"] = 0.0;
     acc["tolerance_reason"] =
         "none allowed: a position's logits and state are a function of the model, the cache "

@@ -48,6 +48,7 @@ struct StepRun {
   Deployment dep;      // configuration only once the step ended (its processes are stopped)
   std::vector<PromptOutput> outputs;
   int compared_to = 0;  // 0 = no lower step (this step is the reference)
+  int state_compared_to = 0;  // the step whose state rows were compared
   Comparison cmp;
   std::optional<LoadResult> load;
   nlohmann::json deltas = nlohmann::json::object();  // /metrics deltas over the whole step
@@ -55,10 +56,12 @@ struct StepRun {
 };
 
 // Runs one step: skip check, deployment, check prompts (compared with `below`, the outputs of
-// step `below_step`; 0 = none), load, /metrics, stop. `golden_cases`: run `validate golden`.
+// step `below_step`; 0 = none; state rows with `below_state`, the nearest lower passing step
+// that carried them), load, /metrics, stop. `golden_cases`: run `validate golden`.
 StepRun run_step(const MatrixContext& c, const StepInfo& info,
                  const std::vector<MatrixPrompt>& prompts, int64_t max_tokens,
                  const Workload& load, const std::vector<PromptOutput>& below, int below_step,
+                 const std::vector<PromptOutput>& below_state, int below_state_step,
                  const std::string& golden_cases);
 
 // Fills `rec` (common_fields) with the step's fields.
