@@ -25,10 +25,14 @@ StatusOr<LoadResult> run_load(const std::string& url, const std::string& metrics
     const auto m = fetch_metrics(murl);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const MetricSample& s : m) {
-      const bool used = s.name.ends_with(":cache_used_bytes");
-      const bool cap = s.name.ends_with(":cache_capacity_bytes");
-      if (!used && !cap) continue;
-      const auto key = std::make_pair(s.labels.count("kind") ? s.labels.at("kind") : "",
+      // The working pool per kind (cache_*_bytes) and the prefix-cache tiers below it
+      // (kv_tier_*: whole units, kind "prefix_units"; a shared pool reports -1 = unknown).
+      const bool tier = s.name.ends_with(":kv_tier_bytes") || s.name.ends_with(":kv_tier_capacity_bytes");
+      const bool used = s.name.ends_with(":cache_used_bytes") || s.name.ends_with(":kv_tier_bytes");
+      const bool cap = s.name.ends_with(":cache_capacity_bytes") || s.name.ends_with(":kv_tier_capacity_bytes");
+      if ((!used && !cap) || (tier && s.value < 0)) continue;
+      const auto key = std::make_pair(tier ? std::string("prefix_units")
+                                           : (s.labels.count("kind") ? s.labels.at("kind") : ""),
                                       s.labels.count("tier") ? s.labels.at("tier") : "");
       auto& p = peak[key];
       if (used) {

@@ -1,6 +1,7 @@
 // The short load of one `strata validate matrix` step: a workload (a trace slice) replayed
 // against the deployment with the bench client (serve/bench_client.h), while a sampler
-// thread reads GET /metrics every 100 ms for the state bytes in use per kind and tier.
+// thread reads GET /metrics every 100 ms for the state bytes in use per kind and tier (the
+// working pool's cache_used_bytes, and the tiers' kv_tier_bytes as kind "prefix_units").
 // Thread safety: run_load blocks; it owns its threads.
 #pragma once
 

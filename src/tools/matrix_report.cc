@@ -36,6 +36,15 @@ std::string num(const json& v, const char* fmtspec = "{:.3g}") {
   return esc(v.dump());
 }
 
+// 18900 -> "18.9k", 2.5e6 -> "2.5M", 0.0123 -> "0.0123".
+std::string human(double v) {
+  const double a = std::abs(v);
+  if (a >= 1e9) return fmt::format("{:.3g}G", v / 1e9);
+  if (a >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (a >= 1e4) return fmt::format("{:.3g}k", v / 1e3);
+  return fmt::format("{:.4g}", v);
+}
+
 struct Series {
   std::string label;
   std::vector<std::pair<double, double>> pts;
@@ -60,10 +69,10 @@ std::string line_chart(const std::string& title, const std::string& xlabel, cons
   auto Y = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - B - T); };
   o += fmt::format(R"svg(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#000"/>)svg", L, H - B, W - 10, H - B);
   o += fmt::format(R"svg(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#000"/>)svg", L, T, L, H - B);
-  o += fmt::format(R"svg(<text x="{}" y="{}" font-size="11">{:.4g}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.4g}</text>)svg",
-                   L, H - B + 14, x0, W - 10, H - B + 14, x1);
-  o += fmt::format(R"svg(<text x="{}" y="{}" font-size="11" text-anchor="end">{:.4g}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.4g}</text>)svg",
-                   L - 4, H - B, y0, L - 4, T + 4, y1);
+  o += fmt::format(R"svg(<text x="{}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)svg",
+                   L, H - B + 14, human(x0), W - 10, H - B + 14, human(x1));
+  o += fmt::format(R"svg(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)svg",
+                   L - 4, H - B, human(y0), L - 4, T + 4, human(y1));
   o += fmt::format(R"svg(<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>)svg", (L + W) / 2, H - 8, esc(xlabel));
   o += fmt::format(R"svg(<text x="12" y="{}" font-size="12" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>)svg",
                    (T + H - B) / 2, (T + H - B) / 2, esc(ylabel));
