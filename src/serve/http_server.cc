@@ -16,6 +16,8 @@
 #include "serve/chat_prompt.h"
 #include "serve/choice_streams.h"
 #include "serve/client_socket.h"
+#include "serve/dashboard_page.h"
+#include "serve/dashboard_state.h"
 #include "serve/http_front_end.h"
 #include "serve/openai_api.h"
 #include "state/handoff.h"
@@ -157,7 +159,8 @@ void HttpServer::install_routes() {
       {"/health", "GET"},           {"/metrics", "GET"},
       {"/v1/models", "GET"},        {"/v1/disaggregation", "GET"},
       {"/v1/completions", "POST"},  {"/v1/chat/completions", "POST"},
-      {"/v1/disaggregation/handshake", "POST"}};
+      {"/v1/disaggregation/handshake", "POST"}, {"/dashboard", "GET"},
+      {"/v1/dashboard/state", "GET"}};
   install_request_guard(s, options_.guard, routes);
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -190,6 +193,21 @@ void HttpServer::install_routes() {
     if (options_.kv_receiver != nullptr) text += options_.kv_receiver->metrics_text();
     if (options_.metrics_prefix != "strata:") text = rename_metrics(text, options_.metrics_prefix);
     res.set_content(text, "text/plain; version=0.0.4");
+  });
+
+  s.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(std::string(dashboard_page_html()), "text/html; charset=utf-8");
+  });
+  s.Get("/v1/dashboard/state", [this](const httplib::Request&, httplib::Response& res) {
+    DashboardServerInfo info{model_name_,
+                             options_.disaggregation_mode.empty() ? "colocated"
+                                                                  : options_.disaggregation_mode,
+                             options_.metrics_prefix};
+    const nlohmann::json j = dashboard_state_json(info, engine_->stats(), engine_->state_graph(),
+                                                  handoffs_.recent(), handoffs_.total());
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(j.dump(), "application/json");
   });
 
   // PD disaggregation: the role, and (prefill) where its state is fetched from.
@@ -231,6 +249,7 @@ void HttpServer::install_routes() {
     const int64_t T = static_cast<int64_t>(prompt.size());
     std::shared_ptr<const HandoffState> st = std::make_shared<HandoffState>();
     int64_t cached = 0;
+    const auto t0 = Clock::now();
     if (T > 1) {
       GenerationParams p;
       p.max_tokens = 1;
@@ -257,6 +276,15 @@ void HttpServer::install_routes() {
       cached = last.cached_tokens;
     }
     const std::string handle = options_.kv_sender->lease(st);
+    HandoffRecord rec;
+    rec.direction = "export";
+    rec.num_tokens = st->num_tokens;
+    rec.from_pos = st->from_pos;
+    rec.payload_bytes = st->payload_bytes();
+    rec.bytes_per_kind = handoff_bytes_per_kind(*st);
+    rec.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    rec.endpoint = options_.kv_sender->endpoint();
+    handoffs_.record(std::move(rec));
     nlohmann::json j = {
         {"id", new_response_id(ep)},
         {"object", "strata.prefill"},
@@ -340,11 +368,16 @@ void HttpServer::install_routes() {
     if (options_.kv_receiver != nullptr && kvp.is_object() && kvp.contains("remote_handle")) {
       StatusOr<std::shared_ptr<HandoffState>> st = invalid_argument("kv_transfer_params needs "
           "string remote_handle and remote_endpoint");
+      HandoffRecord rec;
+      rec.direction = "import";
+      auto t0 = Clock::now();
       if (kvp["remote_handle"].is_string() && kvp.contains("remote_endpoint") &&
           kvp["remote_endpoint"].is_string()) {
+        rec.endpoint = kvp["remote_endpoint"].get<std::string>();
         // Only the rows this server does not hold cross: growing rows from its own prefix
         // hit on (a unit multiple; the import recomputes if the hit is gone by admission).
         const int64_t from = engine_->peek_cached_prefix(prompts[0]);
+        t0 = Clock::now();  // the fetch's latency (not the wait for the engine step above)
         st = options_.kv_receiver->fetch(kvp["remote_endpoint"].get<std::string>(),
                                          kvp["remote_handle"].get<std::string>(), from);
       }
@@ -352,6 +385,17 @@ void HttpServer::install_routes() {
         STRATA_RETURN_IF_ERROR(check_handoff_ids(prompts[0], **st));
         return st;
       }();
+      rec.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      rec.ok = st.ok();
+      if (st.ok()) {
+        rec.num_tokens = (*st)->num_tokens;
+        rec.from_pos = (*st)->from_pos;
+        rec.payload_bytes = (*st)->payload_bytes();
+        rec.bytes_per_kind = handoff_bytes_per_kind(**st);
+      } else {
+        rec.error = st.status().to_string();
+      }
+      handoffs_.record(std::move(rec));
       if (st.ok()) {
         so.import_state = *st;
         so.fail_on_import_error = !options_.kv_load_failure_recompute;

@@ -8,6 +8,11 @@
 //        "prefix_alignment", the prefix-cache hit granularity in tokens, 0 = none)
 //   GET  /health      (200 while serving, 503 after shutdown began)
 //   GET  /metrics     (Prometheus text; see server_metrics.h)
+//   GET  /dashboard   (a live HTML dashboard polling the two endpoints below; self-contained,
+//        works offline; serve/dashboard_page.h)
+//   GET  /v1/dashboard/state  (JSON: state graph, requests with phases, cache usage, recent
+//        PD handoffs; serve/dashboard_state.h)
+//   GET  /v1/disaggregation, POST /v1/disaggregation/handshake  (PD roles; see below)
 // Errors use the OpenAI body (openai_api.h) with 4xx/5xx codes; bodies larger than
 // max_body_bytes get 413, unknown routes 404, an unknown "model" 404.
 // Prompts: text is tokenized (BOS prepended when the model has one; special tokens in the
@@ -32,6 +37,7 @@
 #include "base/status.h"
 #include "model/tokenizer.h"
 #include "sched/engine.h"
+#include "serve/handoff_log.h"
 #include "serve/request_guard.h"
 #include "serve/server_metrics.h"
 
@@ -110,6 +116,7 @@ class HttpServer {
   std::unique_ptr<HttpFrontEnd> server_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
+  HandoffLog handoffs_;  // the last 32 PD exports / imports, for the dashboard
 };
 
 }  // namespace strata

@@ -5,11 +5,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "serve/dashboard_page.h"
+#include "serve/dashboard_state.h"
 #include "serve/http_front_end.h"
 #include "serve/openai_api.h"
 
@@ -47,6 +50,26 @@ std::unique_ptr<httplib::Client> client(const std::string& url, int timeout_s,
   c->set_read_timeout(timeout_s, 0);
   c->set_write_timeout(timeout_s, 0);
   return c;
+}
+
+// A backend's dashboard state and metrics (short timeouts: the page polls every second).
+DashboardBackend fetch_dashboard(const std::string& url, const std::string& role,
+                                 const std::string& auth) {
+  DashboardBackend b{url, role, nullptr, "", ""};
+  auto c = client(url, 2, auth);
+  c->set_connection_timeout(1, 0);
+  auto st = c->Get("/v1/dashboard/state");
+  if (!st) {
+    b.error = "unreachable";
+  } else if (st->status != 200) {
+    b.error = fmt::format("/v1/dashboard/state: HTTP {}", st->status);
+  } else if (Json j = Json::parse(st->body, nullptr, /*allow_exceptions=*/false); j.is_discarded()) {
+    b.error = "/v1/dashboard/state: not JSON";
+  } else {
+    b.state = std::move(j);
+    if (auto m = c->Get("/metrics"); m && m->status == 200) b.metrics = m->body;
+  }
+  return b;
 }
 
 struct InFlight {
@@ -155,6 +178,7 @@ Status Router::start() {
   server_ = std::make_unique<HttpFrontEnd>(std::move(fo));
   install_request_guard(*server_, o_.guard,
                         {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
+                         {"/dashboard", "GET"}, {"/v1/dashboard/state", "GET"},
                          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}});
   install_routes();
   STRATA_RETURN_IF_ERROR(server_->start());
@@ -195,6 +219,23 @@ void Router::install_routes() {
     for (auto& b : decode_)
       m += fmt::format("strata:router_in_flight{{role=\"decode\",url=\"{}\"}} {}\n", b->url, b->in_flight.load());
     res.set_content(m, "text/plain; version=0.0.4");
+  });
+
+  s.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(std::string(dashboard_page_html()), "text/html; charset=utf-8");
+  });
+  s.Get("/v1/dashboard/state", [this](const httplib::Request&, httplib::Response& res) {
+    const std::string auth = o_.backend_api_key.empty() ? "" : "Bearer " + o_.backend_api_key;
+    std::vector<std::future<DashboardBackend>> pending;
+    for (const auto* list : {&prefill_, &decode_})
+      for (const auto& b : *list)
+        pending.push_back(std::async(std::launch::async, fetch_dashboard, b->url,
+                                     list == &prefill_ ? "prefill" : "decode", auth));
+    std::vector<DashboardBackend> backends;
+    for (auto& f : pending) backends.push_back(f.get());
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(router_dashboard_json(o_.policy, backends).dump(), "application/json");
   });
 
   auto route = [this](const std::string& path, const httplib::Request& req, httplib::Response& res) {

@@ -11,7 +11,11 @@
 // router); prefix-aware (P chosen by a hash of the first 256 bytes of the prompt / messages,
 // so requests sharing a prefix reuse one P's prefix cache; D least-loaded).
 // Endpoints besides the API: GET /health (200 when at least one pair is usable),
-// GET /v1/models (P's), GET /metrics (strata:router_* counters).
+// GET /v1/models (P's), GET /metrics (strata:router_* counters), GET /dashboard (the
+// server's dashboard page, serve/dashboard_page.h, one section per backend) and
+// GET /v1/dashboard/state (the router shape of serve/dashboard_state.h: every backend's URL,
+// role, its own /v1/dashboard/state and /metrics fetched in parallel with a 2 s timeout, or
+// the error).
 // Thread safety: start/stop from one thread; handlers run on the HTTP pool.
 #pragma once
 
