@@ -8,7 +8,8 @@ PKGS=(build-essential cmake ninja-build pkgconf ccache
       libpcre2-dev libicu-dev libxxhash-dev libzstd-dev libhiredis-dev redis-server
       openmpi-bin libopenmpi-dev
       libzmq3-dev cppzmq-dev
-      libgtest-dev libgmock-dev libbenchmark-dev curl)
+      libgtest-dev libgmock-dev libbenchmark-dev curl
+      chromium fonts-dejavu-core)  # headless browser for tests/dashboard_chromium_test
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
