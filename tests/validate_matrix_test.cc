@@ -75,7 +75,7 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
   std::string log;
   const int rc = tools::run_strata(
       "validate matrix --model " + src("models/deepseek-v41-tiny") + " --out " + out.string() +
-          " --load-requests 8 --golden-cases " + src("testdata/golden/v41-tiny/cases.safetensors"),
+          " --load-requests 8",  // the golden set is found by its config.json
       &log, true, 1500);
   ASSERT_EQ(rc, 0) << log;
   const json doc = read_json(out / "matrix.json");
@@ -111,13 +111,27 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
     for (const json& p : r["occupancy"]["peak"]) peak = std::max(peak, p["peak_used_bytes"].get<double>());
     EXPECT_GT(peak, 0) << "the sampler saw no state in use during the load";
   }
-  // Golden result in the baseline.
+  // Golden result in the baseline: the repo's v41-tiny set, found by its config.json.
   EXPECT_EQ(step(doc, 1)["accuracy"]["golden"]["result"], "pass");
+  EXPECT_NE(step(doc, 1)["accuracy"]["golden"]["cases"].get<std::string>().find("v41-tiny"), std::string::npos);
+  EXPECT_NE(step(doc, 1)["accuracy"]["golden"]["summary"].get<std::string>().find("golden:"), std::string::npos);
+  EXPECT_TRUE(step(doc, 2)["accuracy"]["golden"].is_null());
   // Prefix hits where the step restores state, none where caching is off.
   EXPECT_EQ(step(doc, 1)["prefix_cache"]["hits_tokens"].get<double>(), 0);
   EXPECT_GT(step(doc, 3)["prefix_cache"]["hit_rate"].get<double>(), 0);
   EXPECT_GT(step(doc, 4)["transfer"]["handoffs"].get<double>(), 0);
   EXPECT_GT(step(doc, 4)["transfer"]["imported_tokens"].get<double>(), 0);
+  {  // bytes per kind per handoff add up to the bytes received; V4.1 moves these kinds
+    const json& t = step(doc, 4)["transfer"];
+    EXPECT_GT(t["bytes"].get<double>(), 0);
+    EXPECT_GT(t["mean_latency_ms"].get<double>(), 0);
+    double sum = 0;
+    for (const auto& [k, v] : t["per_kind_bytes_per_handoff"].items()) sum += v.get<double>();
+    EXPECT_NEAR(sum * t["fetches"].get<double>(), t["bytes"].get<double>(), 1.0) << t.dump();
+    for (const char* k : {"window_kv", "compressed_kv", "index_keys"})
+      EXPECT_GT(t["per_kind_bytes_per_handoff"].value(k, 0.0), 0) << k << " " << t.dump();
+    EXPECT_TRUE(step(doc, 3)["transfer"].is_null());
+  }
   EXPECT_EQ(step(doc, 4)["parallel"]["pd"], "1P1D");
   EXPECT_EQ(step(doc, 8)["speculative"]["method"], "dspark");
   EXPECT_GT(step(doc, 8)["speculative"]["draft_tokens"].get<double>(), 0);

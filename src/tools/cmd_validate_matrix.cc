@@ -8,6 +8,7 @@
 // OUT/support-matrix.jsonl. Exit 1 when a step that was built fails, 2 on a usage error.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,7 @@ struct MatrixArgs {
   int64_t load_requests = 12;
   std::string trace;
   std::string golden_cases;
+  bool no_golden = false;
   int threads = 1;
   std::string perturb_kind;
   int perturb_step = 3;
@@ -60,7 +62,25 @@ StatusOr<std::vector<int>> parse_steps(const std::string& s) {
   return out;
 }
 
-int run_matrix(const MatrixArgs& a) {
+// The repo's golden cases whose config.json is byte-identical to the model's ("" = none): the
+// golden sets in testdata/golden/ were made from those checkpoints (their READMEs).
+std::string auto_golden_cases(const std::string& model_dir) {
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return in ? std::string(std::istreambuf_iterator<char>(in), {}) : std::string();
+  };
+  const std::string cfg = read(fs::path(model_dir) / "config.json");
+  std::error_code ec;
+  const fs::path root = fs::path(STRATA_SOURCE_DIR) / "testdata" / "golden";
+  if (cfg.empty() || !fs::is_directory(root, ec)) return "";
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (fs::exists(e.path() / "cases.safetensors") && read(e.path() / "config.json") == cfg)
+      return (e.path() / "cases.safetensors").string();
+  return "";
+}
+
+int run_matrix(MatrixArgs a) {
+  if (a.golden_cases.empty() && !a.no_golden) a.golden_cases = auto_golden_cases(a.model);
   auto steps = parse_steps(a.steps);
   if (!steps.ok()) {
     fmt::print(stderr, "validate matrix: {}\n", steps.status().message());
@@ -156,7 +176,9 @@ void setup_validate_matrix(CLI::App& app) {
   cmd->add_option("--trace", a->trace, "Load trace: mooncake:FILE or azure:FILE (default: the "
                   "repo's Mooncake head, else random prompts)");
   cmd->add_option("--golden-cases", a->golden_cases, "Golden cases for step 1's accuracy "
-                  "(`validate golden --cases`; DeepSeek models)");
+                  "(`validate golden --cases`; DeepSeek models; default: the repo's set whose "
+                  "config.json equals the model's, if any)");
+  cmd->add_flag("--no-golden", a->no_golden, "Do not look for golden cases");
   cmd->add_option("--threads", a->threads, "Compute threads of each server process")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--debug-perturb-restore", a->perturb_kind,

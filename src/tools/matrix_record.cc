@@ -247,12 +247,24 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
   json& x = run.deltas;
   for (const char* k : {"prefix_cache_queries", "prefix_cache_hits", "prefix_replayed_tokens",
                         "num_preemptions", "kv_transfer_imports", "kv_transfer_imported_tokens",
-                        "kv_transfer_import_failures", "kv_transfer_bytes", "kv_transfer_fetch_seconds",
+                        "kv_transfer_import_failures", "kv_transfer_received_bytes",
                         "spec_decode_num_drafts", "spec_decode_num_draft_tokens",
                         "spec_decode_num_accepted_tokens", "moe_collective_seconds",
                         "dcp_exchange_seconds", "request_success", "prompt_tokens", "generation_tokens"})
     x[k] = delta(k);
   x["kv_transfer_exports"] = counter(p1, "kv_transfer_exports") - counter(p0, "kv_transfer_exports");
+  // The decode side's transfer receiver: bytes received per state kind, fetch latency.
+  x["kv_transfer_fetch_seconds"] = metric_sum(m1, ":kv_transfer_fetch_seconds_sum") -
+                                   metric_sum(m0, ":kv_transfer_fetch_seconds_sum");
+  x["kv_transfer_fetches"] = metric_sum(m1, ":kv_transfer_fetch_seconds_count") -
+                             metric_sum(m0, ":kv_transfer_fetch_seconds_count");
+  json per_kind = json::object();
+  for (const MetricSample& s : m1)
+    if (s.name.ends_with(":kv_transfer_received_bytes_total") && s.labels.count("kind")) {
+      const std::string& k = s.labels.at("kind");
+      per_kind[k] = delta("kv_transfer_received_bytes", {{"kind", k}});
+    }
+  x["kv_transfer_received_bytes_per_kind"] = per_kind;
   json tiers = json::array();
   std::set<std::string> names;
   for (const MetricSample& s : m1)
@@ -320,13 +332,20 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
   }
   if (ran && d.parallel.value("pd", "") != "colocated") {
     const double imports = x.value("kv_transfer_imports", 0.0);
+    const double fetches = x.value("kv_transfer_fetches", 0.0);
     const double secs = x.value("kv_transfer_fetch_seconds", 0.0);
+    json per_handoff = json::object();
+    const json received = x.value("kv_transfer_received_bytes_per_kind", json::object());
+    for (const auto& [k, v] : received.items())
+      per_handoff[k] = fetches > 0 ? v.get<double>() / fetches : 0.0;
     r["transfer"] = {{"handoffs", imports},
                      {"exports", x.value("kv_transfer_exports", 0.0)},
                      {"imported_tokens", x.value("kv_transfer_imported_tokens", 0.0)},
                      {"failures", x.value("kv_transfer_import_failures", 0.0)},
-                     {"bytes", x.value("kv_transfer_bytes", 0.0)},
-                     {"mean_latency_ms", imports > 0 ? json(1000 * secs / imports) : json(nullptr)}};
+                     {"fetches", fetches},
+                     {"bytes", x.value("kv_transfer_received_bytes", 0.0)},
+                     {"mean_latency_ms", fetches > 0 ? json(1000 * secs / fetches) : json(nullptr)},
+                     {"per_kind_bytes_per_handoff", per_handoff}};
   } else {
     r["transfer"] = nullptr;
   }

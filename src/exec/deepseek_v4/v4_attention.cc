@@ -153,9 +153,8 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   const int slot = static_cast<int>(std::find(index_layers_.begin(), index_layers_.end(), L) -
                                     index_layers_.begin());
   if (c.routes) c.routes->index[slot].assign(S, {});
-  // Per (key, head) the dot from the FP4 codes of query and key (v41::index_dots_fp4: exact
-  // integer block sums, blocks added in f64), then relu / weight / sum over heads
-  // (v41::index_weighted_scores).
+  // Per key its score from the FP4 codes of query and key (v41::index_scores_fp4: exact
+  // integer block sums, blocks added in f64, then relu / weight / sum over heads).
   // Queries are independent (each writes its own list): split over the pool.
   //
   // Under DCP the rows of every query's scores are computed first, each rank its own keys'
@@ -172,15 +171,13 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
     });
     parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
       v41::IndexQueryFp4 qf;
-      std::vector<double> dots(std::max<size_t>(1, cols.size()) * ih);
       std::vector<float> tmp(cols.size());
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t vis = (s0 + i + 1) / m;
         const int64_t nv = std::lower_bound(cols.begin(), cols.end(), vis) - cols.begin();
         qf.set(&q[i * ih * id], ih, id);
         if (nv > 0) {
-          v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
-          v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], tmp.data());
+          v41::index_scores_fp4(qf, kp.data(), nv, &wt[i * ih], tmp.data());
         }
         for (int64_t j = 0; j < nv; ++j) all_scores[i * clen_call + cols[j]] = tmp[j];
       }
@@ -190,7 +187,6 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
   }
   parallel_rows(pool_.get(), S, 2, [&](int64_t i0, int64_t i1) {
     v41::IndexQueryFp4 qf;
-    std::vector<double> dots;
     std::vector<float> score(clen_call);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t p = s0 + i;
@@ -202,10 +198,8 @@ void DeepseekV4Model::indexer(int L, const float* x, const float* qr, Call& c,
         std::copy_n(&all_scores[i * clen_call], clen, score.data());
       } else {
         qf.set(&q[i * ih * id], ih, id);
-        dots.resize(std::max<int64_t>(1, nv) * ih);
         if (nv > 0) {
-          v41::index_dots_fp4(qf, kp.data(), nv, dots.data());
-          v41::index_weighted_scores(dots.data(), nv, ih, &wt[i * ih], score.data());
+          v41::index_scores_fp4(qf, kp.data(), nv, &wt[i * ih], score.data());
         }
       }
       for (int64_t g = std::max<int64_t>(nv, 0); g < clen; ++g) score[g] = kNegInf;

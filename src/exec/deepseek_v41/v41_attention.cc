@@ -177,7 +177,6 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       if (cols.empty()) return;
     }
     const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
-    std::vector<double> dots(nc * ih);
     std::vector<float> tmp(dcp ? nc : 0);
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
@@ -185,8 +184,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       if (!dcp) {  // columns g0 + j: the first e are visible, written in place
         const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
         if (e > 0) {
-          v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
-          v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], score + g0);
+          v41::index_scores_fp4(qf[i], kp.data(), e, &w[i * ih], score + g0);
         }
         std::fill(score + g0 + e, score + g1, kNegInf);
         continue;
@@ -194,8 +192,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       // Owned columns (ascending): the first e are visible; scattered to their positions.
       const int64_t e = std::lower_bound(cols.begin(), cols.end(), vis) - cols.begin();
       if (e > 0) {
-        v41::index_dots_fp4(qf[i], kp.data(), e, dots.data());
-        v41::index_weighted_scores(dots.data(), e, ih, &w[i * ih], tmp.data());
+        v41::index_scores_fp4(qf[i], kp.data(), e, &w[i * ih], tmp.data());
       }
       for (int64_t j = 0; j < nc; ++j) score[cols[j]] = j < e ? tmp[j] : kNegInf;
     }
@@ -211,6 +208,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
     profile::PhaseScope phase("indexer: DCP score exchange");
     exchange_owned_columns(*dcp, scores.data(), S, clen, clen);
   }
+  profile::PhaseScope topk_phase("indexer: top-k");
   for (int64_t i = 0; i < S; ++i) {
     const int64_t vis = (c.s0 + i + 1) / m;
     const int64_t rl = row_len(i);

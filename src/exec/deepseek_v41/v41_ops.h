@@ -190,6 +190,13 @@ namespace ref {
 void index_dots_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t n_keys,
                     double* out);
 }
+// The indexer's key scores straight from the codes: index_weighted_scores(index_dots_fp4(...))
+// for keys[0 .. n_keys), w [n_heads] (bf16 values), score [n_keys] -- the same bits. On CPUs
+// with AVX-512 VNNI (AVX-512 on, d = 64 or 128, >= 8 heads) 16 keys run at once: key bytes transposed
+// to lanes, products by VPDPBUSD (exact integer block sums), the f64 block order and the
+// weighting per lane as the reference (v41_ops_test compares bit patterns). Thread safety: pure.
+void index_scores_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t n_keys,
+                      const float* w, float* score);
 
 // The indexer's per-key score from its per-head dots (reference Indexer.forward: relu of the
 // bf16 dots, times the bf16 head weights, summed over heads, bf16): for r < n_keys,

@@ -3,6 +3,7 @@
 #include "exec/deepseek_v41/v41_ops.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -13,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/quant_formats.h"
+#include "model/dtype.h"
 #include "model/deepseek_v41_weights.h"
 #include "model/kernel_pack.h"
 
@@ -159,6 +161,69 @@ TEST(V41Ops, IndexDotsFp4MatchReferenceAndTheF64Chain) {
       }
     }
   }
+  }
+}
+
+// index_scores_fp4 (fused; 16 keys per AVX-512 VNNI pass where the CPU has it) against the
+// reference dots then the reference weighting, bit for bit: quantized rows and random bytes
+// (a NaN key scale, a 2^-127 query block), null keys, key counts around 16, negative and zero
+// head weights, every ISA path this machine has.
+TEST(V41Ops, IndexScoresFp4MatchDotsThenWeighting) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  const bool vnni = __builtin_cpu_supports("avx512vnni") && kernels::cpu_has_avx512();
+  if (!vnni) std::printf("note: no AVX-512 VNNI here; the 16-key path is not exercised\n");
+  for (int64_t d : {64, 128, 96}) {
+    for (int64_t nh : {4, 8, 64, 3}) {
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t nk : {1, 15, 16, 17, 37, 50}) {
+          std::vector<float> q(nh * d);
+          for (auto& v : q) v = nd(rng) * (1.0f + static_cast<float>(rng() % 4));
+          for (int64_t h = 0; h < nh; ++h) quant::fp4_ue8m0_qdq(&q[h * d], static_cast<int>(d), 32);
+          IndexQueryFp4 iq;
+          iq.set(q.data(), nh, d);
+          if (pass == 1) iq.scales[rng() % iq.scales.size()] = 0;  // a 2^-127 block
+          const int64_t rb = d / 2 + d / 32;
+          std::vector<uint8_t> rows(nk * rb);
+          for (int64_t r = 0; r < nk; ++r) {
+            uint8_t* row = &rows[r * rb];
+            if (pass == 0) {
+              std::vector<float> kf(d);
+              for (auto& v : kf) v = nd(rng) * 3.0f;
+              quant::fp4_ue8m0_quantize(kf.data(), static_cast<int>(d), 32, row, row + d / 2);
+            } else {
+              for (int64_t j = 0; j < d / 2; ++j) row[j] = static_cast<uint8_t>(rng());
+              for (int64_t j = d / 2; j < rb; ++j) row[j] = static_cast<uint8_t>(100 + rng() % 50);
+              if (r == nk / 2) row[d / 2] = 255;  // a NaN block scale
+            }
+          }
+          std::vector<const uint8_t*> kp(nk);
+          for (int64_t r = 0; r < nk; ++r) kp[r] = r % 7 == 3 ? nullptr : &rows[r * rb];
+          std::vector<float> w(nh);
+          for (auto& v : w) v = round_to_bf16(nd(rng));
+          w[0] = 0.0f;
+          std::vector<double> dots(nk * nh);
+          std::vector<float> want(nk), got(nk);
+          ref::index_dots_fp4(iq, kp.data(), nk, dots.data());
+          ref::index_weighted_scores(dots.data(), nk, nh, w.data(), want.data());
+          int positive = 0;
+          for (float v : want) positive += v > 0;
+          const kernels::Isa old = kernels::active_isa();
+          const bool old512 = kernels::avx512_enabled();
+          for (int path = 0; path < 3; ++path) {
+            kernels::force_isa(path == 0 ? kernels::Isa::kScalar : kernels::Isa::kAvx2);
+            kernels::set_avx512_enabled(path == 2);
+            std::fill(got.begin(), got.end(), 7.0f);
+            index_scores_fp4(iq, kp.data(), nk, w.data(), got.data());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+                << "d " << d << " heads " << nh << " pass " << pass << " keys " << nk << " path " << path;
+          }
+          kernels::set_avx512_enabled(old512);
+          kernels::force_isa(old);
+          if (pass == 0 && nk >= 16 && nh >= 4) EXPECT_GT(positive, 0);
+        }
+      }
+    }
   }
 }
 
