@@ -65,7 +65,7 @@ std::string chromium(const std::string& url, const std::string& mode) {
   EXPECT_NE(mkdtemp(dir), nullptr);
   std::string out;
   const int rc = tools::run_command(
-      fmt::format("timeout -s KILL 120 chromium --headless --no-sandbox --disable-gpu "
+      fmt::format("timeout -s KILL 120 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
                   "--no-first-run --hide-scrollbars --user-data-dir={} --virtual-time-budget=4000 "
                   "{} '{}' 2>/dev/null",
                   dir, mode, url),

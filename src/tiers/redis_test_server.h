@@ -64,6 +64,7 @@ class RedisTestServer {
   }
   bool ready() const { return ready_; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }  // -1 once stopped
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
  private:

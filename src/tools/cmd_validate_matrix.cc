@@ -16,6 +16,7 @@
 #include "tools/command_registry.h"
 #include "tools/matrix_check.h"
 #include "tools/matrix_load.h"
+#include "tools/matrix_process.h"
 #include "tools/matrix_record.h"
 #include "tools/matrix_report.h"
 #include "tools/matrix_steps.h"
@@ -118,6 +119,7 @@ int run_matrix(MatrixArgs a) {
              c.model_dir, facts->architecture, a.steps, prompts.size(), a.max_tokens,
              load->requests.size(), c.out_dir);
   std::fflush(stdout);
+  stop_children_on_signals();
 
   std::vector<json> records;
   std::vector<StepRun> runs;  // for the report

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <deque>
@@ -22,6 +23,43 @@ extern char** environ;
 namespace strata::tools {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+// Process groups of the running children (0 = free slot), read by the signal handler.
+constexpr int kMaxChildren = 64;
+std::atomic<pid_t> g_children[kMaxChildren];
+
+}  // namespace
+
+void track_child_process(pid_t pid) {
+  for (auto& slot : g_children) {
+    pid_t free_slot = 0;
+    if (slot.compare_exchange_strong(free_slot, pid)) return;
+  }
+}
+void untrack_child_process(pid_t pid) {
+  for (auto& slot : g_children) {
+    pid_t p = pid;
+    if (slot.compare_exchange_strong(p, 0)) return;
+  }
+}
+namespace {
+void on_fatal_signal(int sig) {
+  for (auto& slot : g_children) {
+    const pid_t p = slot.load();
+    if (p > 0) {
+      kill(-p, SIGTERM);  // its process group (a ChildProcess leads one)
+      kill(p, SIGTERM);   // or just it (a tracked process in our own group)
+    }
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
+void stop_children_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_fatal_signal);
+}
 
 StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const std::vector<std::string>& argv,
                                                             const std::string& log_path) {
@@ -52,6 +90,7 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const std::vector<st
     return Status(StatusCode::kUnavailable, fmt::format("cannot start {}", args[0]));
   }
   p->out_fd_ = out[0];
+  track_child_process(p->pid_);
   return p;
 }
 
@@ -61,6 +100,7 @@ bool ChildProcess::running() {
   if (pid_ <= 0) return false;
   int st = 0;
   if (waitpid(pid_, &st, WNOHANG) == pid_) {
+    untrack_child_process(pid_);
     pid_ = -1;
     return false;
   }
@@ -120,6 +160,7 @@ void ChildProcess::stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     kill(-pid_, SIGKILL);  // anything of the group left behind (mpirun's ranks)
+    untrack_child_process(pid_);
     pid_ = -1;
   }
   if (out_fd_ >= 0) {

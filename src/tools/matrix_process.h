@@ -56,6 +56,15 @@ StatusOr<ServerProcess> start_server(const std::string& strata_bin,
                                      const std::vector<std::string>& args,
                                      const std::string& log_path, double timeout_s = 120);
 
+// Installs SIGINT / SIGTERM / SIGHUP handlers that send SIGTERM to the process group of every
+// ChildProcess still running, then end this process with the same signal -- so an interrupted
+// `validate matrix` leaves no server, rank or redis-server behind (they run in their own
+// process groups, which a terminal's Ctrl-C does not reach). Call once, from the main thread.
+void stop_children_on_signals();
+// Adds / removes a process the handlers above also signal (ChildProcess does this itself).
+void track_child_process(pid_t pid);
+void untrack_child_process(pid_t pid);
+
 // The strata binary running now (/proc/self/exe).
 std::string self_binary();
 // A free loopback TCP port (bound and released; racy by nature, fine for local tests).

@@ -61,6 +61,16 @@ double counter(const std::vector<MetricSample>& m, const std::string& base,
   return metric_sum(m, ":" + base, where) + metric_sum(m, ":" + base + "_total", where);
 }
 
+// The support matrix's words for a checkpoint's quantization (as the multi-rank tests write).
+std::string quantization_label(const json& q) {
+  if (!q.is_object()) return "none (checkpoint dtype)";
+  const std::string m = q.value("quant_method", "");
+  if (m == "fp8")
+    return q.value("expert_dtype", "") == "fp4" ? "checkpoint formats (FP8 weights, FP4 experts)"
+                                                : "checkpoint formats (FP8 weights)";
+  return m.empty() ? "checkpoint formats" : m;
+}
+
 json percentiles_ms(const json& s, const std::string& what) {
   auto get = [&](const std::string& k) { return s.contains(k) ? s[k] : json(nullptr); };
   return {{"mean", get("mean_" + what + "_ms")},
@@ -393,14 +403,16 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   r["support_matrix"] = {{"model", fs::path(c.model_dir).filename().string()},
-                         {"quantization", f.quantization.is_object() ? f.quantization.value("quant_method", "?") : "none"},
+                         {"quantization", quantization_label(f.quantization)},
                          {"ranks", std::max(1, d.ranks)},
                          {"dcp", p.value("dcp", 1)},
                          {"ep", p.value("ep", 1)},
                          {"pp", p.value("pp", 1)},
                          {"backend", d.ranks > 1 ? "Open MPI (mpirun, one node)" : "one process"},
                          {"features", fmt::format("validate matrix step {} ({})", info.id, info.name)},
-                         {"result", run.status},
+                         {"result", run.status == "pass" && run.compared_to > 0
+                                        ? fmt::format("pass: answers equal step {}'s", run.compared_to)
+                                        : run.status},
                          {"date", date}};
 }
 

@@ -60,7 +60,10 @@ const std::vector<std::string> kMpirun = {"mpirun", "--oversubscribe", "--allow-
 
 void Deployment::stop() {
   for (auto it = servers.rbegin(); it != servers.rend(); ++it) it->proc->stop();
-  if (redis) redis->stop();
+  if (redis) {
+    untrack_child_process(redis->pid());
+    redis->stop();
+  }
 }
 
 std::string step_skip_reason(const MatrixContext& c, int step, std::string* status) {
@@ -136,6 +139,7 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
     case 6: {
       d.redis = std::make_shared<RedisTestServer>();
       if (!d.redis->ready()) return Status(StatusCode::kUnavailable, "redis-server did not start");
+      track_child_process(d.redis->pid());
       STRATA_RETURN_IF_ERROR(serve({"--kv-pool", d.redis->url()}, "serve-a"));
       d.processes = 2;
       d.notes.push_back("round 1 on server A writes the pool; server A stops; round 2 on a new "
