@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 bash scripts/setup.sh
-echo "[build] building $BUILD_DIR (a first build takes 15-30 minutes on 2 cores, a rebuild seconds; output quiet)"
+echo "[build] building $BUILD_DIR (a first build takes 15-35 minutes on 2 cores, a rebuild seconds; output quiet)"
 bash scripts/build.sh "$BUILD_DIR" >/dev/null
 STRATA="$BUILD_DIR/src/tools/strata"
 LOG=$(mktemp)

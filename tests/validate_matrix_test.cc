@@ -232,11 +232,32 @@ TEST(ValidateMatrixTest, SchemaRejectsIncompleteRecords) {
 
 TEST(ValidateMatrixTest, UsageErrors) {
   std::string out;
+  const std::string none = out_dir("none").string();
   EXPECT_EQ(tools::run_strata("validate matrix --model " + src("models/stories260K") + " --steps 0-12", &out, true), 2) << out;
   EXPECT_NE(out.find("--steps"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(tools::run_strata("validate matrix --model /nonexistent --out /tmp/strata-vm-none", &out, true), 1) << out;
+  EXPECT_EQ(tools::run_strata("validate matrix --model /nonexistent --out " + none, &out, true), 1) << out;
   EXPECT_NE(out.find("/nonexistent"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(none));  // nothing written for a model that does not load
+  out.clear();
+  EXPECT_EQ(tools::run_strata("validate matrix --model " + src("models/deepseek-v41-tiny") +
+                                  " --debug-perturb-restore nosuchkind --out " + none, &out, true), 2) << out;
+  EXPECT_NE(out.find("unknown state kind 'nosuchkind'"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(tools::run_strata("validate matrix --model " + src("models/stories260K") +
+                                  " --debug-perturb-restore plain_kv --out " + none, &out, true), 2) << out;
+  EXPECT_NE(out.find("built for the DeepSeek"), std::string::npos) << out;
+  // --out naming a file: a clear error, the file untouched.
+  const fs::path file = out_dir("file");
+  std::ofstream(file) << "keep";
+  out.clear();
+  EXPECT_EQ(tools::run_strata("validate matrix --model " + src("models/stories260K") + " --out " + file.string(), &out, true), 2) << out;
+  EXPECT_NE(out.find("cannot write into"), std::string::npos) << out;
+  std::ifstream in(file);
+  std::string kept;
+  in >> kept;
+  EXPECT_EQ(kept, "keep");
+  fs::remove(file);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "serve/bench_workload.h"
+#include "state/state_spec.h"
 #include "tools/command_registry.h"
 #include "tools/matrix_check.h"
 #include "tools/matrix_load.h"
@@ -87,12 +88,6 @@ int run_matrix(MatrixArgs a) {
     fmt::print(stderr, "validate matrix: {}\n", steps.status().message());
     return 2;
   }
-  std::error_code ec;
-  fs::create_directories(a.out, ec);
-  if (ec) {
-    fmt::print(stderr, "validate matrix: cannot create {}: {}\n", a.out, ec.message());
-    return 2;
-  }
   MatrixContext c;
   c.strata_bin = self_binary();
   c.model_dir = fs::absolute(a.model).string();
@@ -107,10 +102,36 @@ int run_matrix(MatrixArgs a) {
   }
   c.architecture = facts->family;
   c.has_experts = facts->has_experts;
+  if (!a.perturb_kind.empty()) {
+    if (StatusOr<StateKind> k = parse_state_kind(a.perturb_kind); !k.ok()) {
+      fmt::print(stderr, "validate matrix: --debug-perturb-restore: {}\n", k.status().message());
+      return 2;
+    }
+    if (c.architecture != "deepseek") {
+      fmt::print(stderr, "validate matrix: --debug-perturb-restore is built for the DeepSeek V4 / "
+                 "V4.1 runners only\n");
+      return 2;
+    }
+  }
   const json common = common_fields(c, *facts);
   StatusOr<Workload> load = matrix_workload(a.trace, *facts, a.load_requests);
   if (!load.ok()) {
     fmt::print(stderr, "validate matrix: {}\n", load.status().message());
+    return 2;
+  }
+  // The output directory: created, its logs/ emptied (no logs of an earlier run's steps), and
+  // checked writable before any server starts.
+  std::error_code ec;
+  const fs::path out(a.out), logs = out / "logs";
+  fs::create_directories(out, ec);
+  if (!ec) fs::remove_all(logs, ec);
+  if (!ec) fs::create_directories(logs, ec);
+  const bool writable = !ec && std::ofstream(logs / ".probe").good();
+  std::error_code ignored;
+  fs::remove(logs / ".probe", ignored);
+  if (!writable) {
+    fmt::print(stderr, "validate matrix: cannot write into {}: {}\n", a.out,
+               ec ? ec.message() : std::string("permission denied"));
     return 2;
   }
   const std::vector<MatrixPrompt> prompts =
@@ -149,11 +170,18 @@ int run_matrix(MatrixArgs a) {
     runs.push_back(std::move(run));
   }
   const json doc = matrix_document(records);
-  std::ofstream(fs::path(a.out) / "matrix.json") << doc.dump(2) << "\n";
-  std::ofstream sm(fs::path(a.out) / "support-matrix.jsonl");
+  std::ofstream mj(out / "matrix.json");
+  mj << doc.dump(2) << "\n";
+  std::ofstream sm(out / "support-matrix.jsonl");
   for (const json& r : records)
     if (r["status"] == "pass" || r["status"] == "fail") sm << r["support_matrix"].dump() << "\n";
-  std::ofstream(fs::path(a.out) / "report.html") << render_matrix_html(doc, runs);
+  std::ofstream html(out / "report.html");
+  html << render_matrix_html(doc, runs);
+  mj.close(), sm.close(), html.close();
+  if (!mj || !sm || !html) {
+    fmt::print(stderr, "validate matrix: cannot write the results into {}\n", c.out_dir);
+    return 2;
+  }
   fmt::print("validate matrix: wrote {}/matrix.json, {}/report.html, {}/support-matrix.jsonl\n",
              c.out_dir, c.out_dir, c.out_dir);
   if (failed) fmt::print("validate matrix: FAILED (a built step did not pass)\n");

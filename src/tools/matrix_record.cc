@@ -227,6 +227,9 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
   run.state_compared_to = below_step > 0 && !below.empty() && below[0].state.is_null() ? below_state_step : below_step;
   if (below_step > 0) {
     run.cmp = compare_outputs(ref, run.outputs, 0.0);
+    if (!d.state_digests && !run.cmp.state.compared)
+      run.cmp.state.not_compared = "this deployment exports no state: under decode context "
+                                   "parallelism each rank holds only its share of the rows";
   } else {  // the reference step: every prompt must be answered
     run.cmp.prompts = static_cast<int64_t>(run.outputs.size());
     for (const PromptOutput& o : run.outputs)
@@ -323,7 +326,9 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
   r["notes"] = d.notes;
   r["topology"] = {{"nodes", 1}, {"processes", ran ? d.processes : 0}, {"ranks", ran ? d.ranks : 0},
                    {"redis", d.redis != nullptr}};
-  r["parallel"] = ran ? d.parallel : json(nullptr);
+  // A deployment that did not start has no configuration (parallel null).
+  const bool layout = ran && d.parallel.is_object();
+  r["parallel"] = layout ? d.parallel : json(nullptr);
   const bool measured = ran && run.load.has_value();
   if (measured) {
     const json& s = run.load->summary;
@@ -340,7 +345,7 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
     r["latency"] = nullptr;
     r["occupancy"] = nullptr;
   }
-  if (ran && d.parallel.value("pd", "") != "colocated") {
+  if (layout && d.parallel.value("pd", "") != "colocated") {
     const double imports = x.value("kv_transfer_imports", 0.0);
     const double fetches = x.value("kv_transfer_fetches", 0.0);
     const double secs = x.value("kv_transfer_fetch_seconds", 0.0);
@@ -392,13 +397,14 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
     acc["tolerance"] = 0.0;
     acc["tolerance_reason"] =
         "none allowed: a position's logits and state are a function of the model, the cache "
-        "formats and the token ids before it (MISSION invariant), whatever the deployment";
+        "formats and the token ids before it, whatever the deployment (the runtime's first "
+        "invariant: chunking, prefix hits, handoff, sharding and verify change no bit)";
     acc["golden"] = run.golden.is_object() ? run.golden : json(nullptr);
     r["accuracy"] = acc;
   } else {
     r["accuracy"] = nullptr;
   }
-  const json& p = ran ? d.parallel : json{{"ep", 1}, {"dcp", 1}, {"pp", 1}};
+  const json p = layout ? d.parallel : json{{"ep", 1}, {"dcp", 1}, {"pp", 1}};
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));

@@ -32,8 +32,19 @@ std::string esc(const std::string& s) {
 
 std::string num(const json& v, const char* fmtspec = "{:.3g}") {
   if (v.is_null()) return "&ndash;";
-  if (v.is_number()) return fmt::format(fmt::runtime(fmtspec), v.get<double>());
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (std::abs(d) >= 1000) return fmt::format("{:.0f}", d);  // no 1.05e+03
+    return fmt::format(fmt::runtime(fmtspec), d);
+  }
   return esc(v.dump());
+}
+
+// "EP 2, DCP 1, PP 1, PD 1P1D" from a record's parallel object.
+std::string layout(const json& p) {
+  if (!p.is_object()) return "&ndash;";
+  return esc(fmt::format("TP {} DP {} EP {} DCP {} PP {}, PD {}", p.value("tp", 1), p.value("dp", 1),
+                         p.value("ep", 1), p.value("dcp", 1), p.value("pp", 1), p.value("pd", "")));
 }
 
 // 18900 -> "18.9k", 2.5e6 -> "2.5M", 0.0123 -> "0.0123".
@@ -145,7 +156,7 @@ td,th{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#eee}
                      esc(first["strata"]["build"]["type"].get<std::string>()),
                      esc(first["machine"]["cpu"].get<std::string>()), first["machine"]["cores"].get<int64_t>(),
                      esc(doc.value("created", "")));
-  o += "<table id=\"steps\"><tr><th>step</th><th>status</th><th>deployment</th><th>compared to</th>"
+  o += "<div style=\"overflow-x:auto\"><table id=\"steps\"><tr><th>step</th><th>status</th><th>deployment</th><th>compared to</th>"
        "<th>tokens equal</th><th>max |&Delta;logprob|</th><th>state rows</th><th>TTFT p50 / p99 ms</th>"
        "<th>TPOT p50 / p99 ms</th><th>out tok/s</th><th>prefix hit rate</th><th>transfer</th>"
        "<th>collectives s</th><th>reason / notes</th></tr>";
@@ -170,7 +181,7 @@ td,th{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#eee}
         "<tr class=\"{}\" data-step=\"{}\"><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{} / {}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
         cls, r["step"].get<int>(), r["step"].get<int>(), esc(r["name"].get<std::string>()), esc(st),
-        r["parallel"].is_object() ? esc(r["parallel"].dump()) : "&ndash;",
+        layout(r["parallel"]),
         acc.is_object() ? num(acc["compared_to"], "{}") : "&ndash;",
         acc.is_object() ? (acc["tokens_equal"].get<bool>() ? "yes" : "<b>no</b>") : "&ndash;",
         acc.is_object() ? num(acc["max_abs_logprob_diff"]) : "&ndash;", state,
@@ -182,7 +193,7 @@ td,th{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#eee}
         r["collectives"].is_object() ? fmt::format("MoE {} / DCP {}", num(r["collectives"]["moe_collective_s"]), num(r["collectives"]["dcp_exchange_s"])) : "&ndash;",
         notes);
   }
-  o += "</table>";
+  o += "</table></div>";
   // Latency CDFs.
   std::vector<Series> ttft, tpot;
   for (const StepRun& run : runs) {

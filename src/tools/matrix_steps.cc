@@ -46,7 +46,8 @@ std::vector<std::string> serve_args(const MatrixContext& c, int step, bool diges
 }
 
 std::string log_path(const MatrixContext& c, int step, const std::string& what) {
-  std::filesystem::create_directories(std::filesystem::path(c.out_dir) / "logs");
+  std::error_code ec;  // run_matrix made the directory; a failure shows when the log opens
+  std::filesystem::create_directories(std::filesystem::path(c.out_dir) / "logs", ec);
   return (std::filesystem::path(c.out_dir) / "logs" / fmt::format("step{}-{}.log", step, what)).string();
 }
 
@@ -154,14 +155,19 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
       break;
     case 8: {
       Status last;
-      for (const char* m : {"dspark", "mtp", "ngram"}) {
+      // DeepSeek checkpoints may carry a drafter (V4.1: DSpark stages, V4: an MTP layer);
+      // other models get the n-gram proposer.
+      const std::vector<const char*> methods =
+          c.architecture == "deepseek" ? std::vector<const char*>{"dspark", "mtp", "ngram"}
+                                       : std::vector<const char*>{"ngram"};
+      for (const char* m : methods) {
         const std::string cfg = fmt::format(R"({{"method": "{}", "num_speculative_tokens": 3}})", m);
         last = serve({"--speculative-config", cfg}, std::string("serve-") + m);
         if (last.ok()) {
           d.spec_method = m;
           break;
         }
-        d.notes.push_back(fmt::format("{} not started: {}", m, last.message().substr(0, 200)));
+        d.notes.push_back(fmt::format("{} not started: {}", m, last.message()));
       }
       if (!last.ok()) return last;
       break;

@@ -202,6 +202,10 @@ __attribute__((target("avx2,fma"))) void dots4_d64_avx2(const Q4& q, const uint8
 
 namespace {
 
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 // ---- AVX-512 VNNI: 16 keys at a time, fused with the weighting (index_scores_fp4). ----
 //
 // Per 32-byte chunk c of a key (blocks 2c and 2c+1), the 64 nibbles become bytes v + 12 in
@@ -344,6 +348,8 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void sc
     }
   }
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
