@@ -39,8 +39,10 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
 // Top-k of `score` with torch's CPU tie order, returned ascending by index.
-std::vector<int32_t> topk_ascending(const float* score, int64_t n, int64_t k) {
-  return v41::torch_topk_ascending(score, n, k);
+std::vector<int32_t> topk_ascending(const float* score, int64_t n, int64_t k, bool sorted) {
+  std::vector<int32_t> idx = v41::torch_topk(score, n, k, sorted);
+  std::sort(idx.begin(), idx.end());
+  return idx;
 }
 }  // namespace
 
@@ -221,7 +223,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       const int64_t last = vis > 0 ? (vis - 1) / bs : -1;
       if (last >= 0 && last < nblk) bscore[last] = kPosInf;
       std::vector<int32_t> top = topk_ascending(
-          bscore.data(), nblk, std::min<int64_t>(config_.candidate_topk_blocks, nblk));
+          bscore.data(), nblk, std::min<int64_t>(config_.candidate_topk_blocks, nblk), true);
       uint8_t* cm = &c.candidates[L][i * clen];
       for (int32_t b : top) {
         if (!(bscore[b] > kNegInf)) continue;
@@ -232,7 +234,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       for (int64_t g = 0; g < rl; ++g)
         if (!cm[g]) score[g] = kNegInf;
     }
-    std::vector<int32_t> sel = topk_ascending(score, rl, out.width_of(i));
+    std::vector<int32_t> sel = topk_ascending(score, rl, out.width_of(i), false);
     std::vector<int32_t>& row = out.rows[i];
     for (int32_t g : sel)
       if (g < vis) row.push_back(g);

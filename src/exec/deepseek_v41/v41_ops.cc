@@ -489,40 +489,6 @@ std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorte
   return out;
 }
 
-std::vector<int32_t> torch_topk_ascending(const float* v, int64_t n, int64_t k) {
-  k = std::min(k, n);
-  auto slow = [&] {
-    std::vector<int32_t> idx = torch_topk(v, n, k, false);
-    std::sort(idx.begin(), idx.end());
-    return idx;
-  };
-  if (k <= 0) return {};
-  if (k > 64) return slow();
-  // top[0..k) descending: the k largest values seen so far.
-  float top[64];
-  int64_t filled = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = v[j];
-    if (x != x) return slow();  // NaN: torch's comparator ranks it first
-    if (filled == k && !(x > top[k - 1])) continue;
-    int64_t i = filled < k ? filled++ : k - 1;
-    while (i > 0 && top[i - 1] < x) {
-      top[i] = top[i - 1];
-      --i;
-    }
-    top[i] = x;
-  }
-  const float t = top[k - 1];
-  std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(k));
-  for (int64_t j = 0; j < n; ++j)
-    if (v[j] >= t) {
-      if (static_cast<int64_t>(out.size()) == k) return slow();  // a tie straddles the cut
-      out.push_back(static_cast<int32_t>(j));
-    }
-  return out;
-}
-
 namespace {
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
 #pragma GCC diagnostic push

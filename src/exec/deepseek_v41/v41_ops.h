@@ -109,11 +109,6 @@ int torch_sum_lanes();
 // (aten/src/ATen/native/cpu/SortingKernel.cpp topk_impl_loop). Returns the k indices in the
 // resulting queue order.
 std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted);
-// The indices torch_topk(v, n, k, sorted) selects, in ascending order (the set does not depend
-// on `sorted`). Fast path: one pass finds the k-th largest value t (k <= 64) and, when exactly
-// k values are >= t (no tie straddles the cut) and none is NaN, those are the set whatever
-// the tie order; otherwise torch_topk decides. Same result always (v41_ops_test).
-std::vector<int32_t> torch_topk_ascending(const float* v, int64_t n, int64_t k);
 
 // RMSNorm: y = bf16(w * (x * rsqrt(mean(x^2) + eps))), per row of n. w BF16 [n] (or null).
 void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, double eps, float* y);
