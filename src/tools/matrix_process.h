@@ -26,8 +26,8 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   // Reads stdout lines until one contains `needle` (returned, without the newline).
-  // DeadlineExceeded after `timeout_s`; Unavailable when the process ended first (the last
-  // lines of its log in the message).
+  // Unavailable after `timeout_s`, or when the process ended first (either message carries
+  // the last lines of its log).
   StatusOr<std::string> wait_for_line(const std::string& needle, double timeout_s);
   void stop();
   bool running();  // false once it exited (reaped)
