@@ -341,7 +341,7 @@ void Engine::check_invariants() const {
   for (const auto& [id, a] : active_) STRATA_CHECK(scheduler_.contains(a->seq));
 }
 
-void Engine::publish_stats() {
+void Engine::publish_stats(bool with_requests) {
   EngineStats s = counters_;
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
@@ -364,7 +364,7 @@ void Engine::publish_stats() {
   s.prefix_cache_bytes_per_unit = runner_->prefix_cache_bytes_per_unit();
   const auto now = Clock::now();
   for (const auto& [id, ap] : active_) {
-    if (s.requests.size() >= EngineStats::kMaxRequestSnapshots) break;
+    if (!with_requests || s.requests.size() >= EngineStats::kMaxRequestSnapshots) break;
     const Active& a = *ap;
     if (!scheduler_.contains(a.seq)) continue;  // finishing
     RequestSnapshot r;
@@ -383,6 +383,7 @@ void Engine::publish_stats() {
     s.requests.push_back(std::move(r));
   }
   std::lock_guard lock(stats_mu_);
+  if (!with_requests) s.requests = std::move(stats_.requests);  // the step's list, kept
   stats_ = std::move(s);
 }
 
@@ -717,8 +718,9 @@ void Engine::finish(Active& a, FinishReason reason, Status error,
   if (reason == FinishReason::kError) ++counters_.requests_failed_total;
   if (observer_ != nullptr) observer_->on_request_finished(t);
   // Metrics first, then the final event: a client that saw its request end and then reads
-  // /metrics sees the request's state released and its latencies recorded.
-  publish_stats();
+  // /metrics sees the request's state released and its latencies recorded. (The request list
+  // is rebuilt once per step, not per finished request: O(active) each time.)
+  publish_stats(/*with_requests=*/false);
 
   RequestEvent e;
   e.finished = true;

@@ -126,7 +126,8 @@ struct EngineStats {
   std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;
   int64_t spec_decode_rollback_recomputes = 0;
   int64_t spec_decode_rollback_recomputed_tokens = 0;
-  // The requests the engine holds (at most kMaxRequestSnapshots, oldest first).
+  // The requests the engine held at the end of the latest step (at most kMaxRequestSnapshots,
+  // by request id).
   std::vector<RequestSnapshot> requests;
   static constexpr size_t kMaxRequestSnapshots = 256;
 };
@@ -192,7 +193,9 @@ class Engine {
   void accept_drafts(Active& a, std::span<const float> rows, int64_t k);
   void finish(Active& a, FinishReason reason, Status error = Status(),
               std::shared_ptr<const HandoffState> handoff = nullptr);
-  void publish_stats();
+  // with_requests = false keeps the request snapshots of the last full publish (a finished
+  // request stays listed until the step's end).
+  void publish_stats(bool with_requests = true);
   std::string decode_piece(Active& a, int32_t token);
 
   ModelRunner* runner_;
