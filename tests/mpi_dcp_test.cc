@@ -85,8 +85,6 @@ TEST(MpiDcp, UnsupportedLayoutsAreRefused) {
   std::string out;
   EXPECT_EQ(tools::run_strata(golden + " --decode-context-parallel-size 2", &out, true), 2);
   EXPECT_NE(out.find("needs 2 ranks: start with mpirun -np 2"), std::string::npos) << out;
-  EXPECT_EQ(tools::run_strata(golden + " --pipeline-parallel-size 2", &out, true), 2);
-  EXPECT_NE(out.find("pipeline parallelism is not built yet"), std::string::npos) << out;
   EXPECT_EQ(tools::run_strata(golden + " --dcp-kv-cache-interleave-size 4", &out, true), 2);
   EXPECT_NE(out.find("needs --decode-context-parallel-size > 1"), std::string::npos) << out;
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";

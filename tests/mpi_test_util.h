@@ -48,7 +48,7 @@ inline std::string line_starting(const std::string& text, const std::string& pre
 }
 
 inline void record(const std::string& model, int ranks, int ep, const std::string& features,
-            const std::string& result, int dcp = 1) {
+            const std::string& result, int dcp = 1, int pp = 1) {
   const char* e = std::getenv("STRATA_SUPPORT_RECORDS");
   const std::string path =
       e ? e : (fs::path(tools::strata_binary()).parent_path().parent_path().parent_path() /
@@ -58,9 +58,9 @@ inline void record(const std::string& model, int ranks, int ep, const std::strin
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
   std::ofstream(path, std::ios::app)
       << fmt::format("{{\"model\":\"{}\",\"quantization\":\"{}\",\"ranks\":{},\"dcp\":{},"
-                     "\"ep\":{},\"pp\":1,\"backend\":\"Open MPI (mpirun, one node)\","
+                     "\"ep\":{},\"pp\":{},\"backend\":\"Open MPI (mpirun, one node)\","
                      "\"features\":\"{}\",\"result\":\"{}\",\"date\":\"{}\"}}\n",
-                     model, "checkpoint formats (FP8 weights, FP4 experts)", ranks, dcp, ep, features,
+                     model, "checkpoint formats (FP8 weights, FP4 experts)", ranks, dcp, ep, pp, features,
                      result, date);
 }
 
@@ -88,6 +88,7 @@ inline Answer ask(int port, const std::vector<int32_t>& prompt) {
 struct Layout {
   int np = 2, ep = 1, dcp = 1;
   std::string features;
+  int pp = 1;
 };
 
 // `validate golden` of models/MODEL on testdata/golden/GOLDEN under `mpirun -np L.np ...
@@ -123,10 +124,14 @@ inline void golden_equal_one_rank(const std::string& model, const std::string& g
       EXPECT_NE(out.find(fmt::format("decode context parallel: {} ranks", np)), std::string::npos)
           << out;
     }
+    if (l.pp > 1) {
+      EXPECT_NE(out.find(fmt::format("pipeline parallel: {} stages", np)), std::string::npos)
+          << out;
+    }
     const bool same = rc == 0 && line_starting(out, "logits digest: ") == digest;
     if (run == 0)
       record(model, np, l.ep, l.features, same ? "pass: logits bit-identical to 1 rank" : "FAIL",
-             l.dcp);
+             l.dcp, l.pp);
   }
 }
 
@@ -176,7 +181,8 @@ inline void serve_equal_one_rank(const std::string& model, const std::vector<std
     return std::stod(body.substr(body.find("} ", at) + 2));
   };
   for (const auto& [name, on] : {std::pair{std::string("moe_collective_seconds_total"), l.ep > 1},
-                                 {std::string("dcp_exchange_seconds_total"), l.dcp > 1}}) {
+                                 {std::string("dcp_exchange_seconds_total"), l.dcp > 1},
+                                 {std::string("pp_boundary_seconds_total"), l.pp > 1}}) {
     EXPECT_EQ(metric(one->port(), name), 0.0) << name;
     const double v = metric(many->port(), name);
     if (on) {
@@ -186,7 +192,7 @@ inline void serve_equal_one_rank(const std::string& model, const std::vector<std
     }
   }
   record(model, l.np, l.ep, l.features,
-         ::testing::Test::HasFailure() ? "FAIL" : "pass: outputs equal 1 rank", l.dcp);
+         ::testing::Test::HasFailure() ? "FAIL" : "pass: outputs equal 1 rank", l.dcp, l.pp);
 }
 
 // `generate` runs the same calls on every rank: under `mpirun -np 2 ... FLAGS` its output

@@ -11,6 +11,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "dist/dcp_comm.h"
+#include "dist/pipe_comm.h"
 #include "exec/llama/llama_runner.h"
 #include "exec/sequence_call_state.h"
 #include "model/checkpoint_fingerprint.h"
@@ -75,6 +76,9 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
     if (process_dcp_comm())
       return invalid_argument("{}: decode context parallelism is built for the DeepSeek V4 / V4.1 "
                               "compressed caches only, not yet for a plain-KV (Llama) model", dir);
+    if (process_pipe_comm())
+      return invalid_argument("{}: pipeline parallelism is built for the DeepSeek V4 / V4.1 "
+                              "forwards only, not yet for a Llama model", dir);
     if (!options.debug_perturb_restore.empty())
       return invalid_argument("--debug-perturb-restore is built for the DeepSeek V4 / V4.1 runners");
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));

@@ -84,7 +84,7 @@ std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V4
 
 }  // namespace
 
-void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
+void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end) {
   // Collect the jobs first (each writes one distinct shared_ptr slot), then run them.
   std::vector<std::function<int64_t()>> jobs;
   auto add_linear = [&](V41Linear& l) {
@@ -98,7 +98,8 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool) {
   };
   const int64_t D = config_.dim, hc = config_.hc_mult;
   std::vector<V41BlockWeights*> blocks;
-  for (V41BlockWeights& b : layers_) blocks.push_back(&b);
+  for (int l = std::max(0, layer_begin); l < std::min<int>(layer_end, layers_.size()); ++l)
+    blocks.push_back(&layers_[l]);
   for (V41BlockWeights& b : drafts_) blocks.push_back(&b);
   for (V41BlockWeights* bp : blocks) {
     V41BlockWeights& b = *bp;

@@ -168,7 +168,10 @@ class DeepseekV41Weights {
   // LM head for the vector kernels, spreading the work over `pool` (may be null); the DSpark
   // stages too. Costs one extra copy of the weights in memory; the mmapped checkpoint pages
   // are not read again.
-  void pack_for_kernels(ThreadPool* pool);
+  // layers [layer_begin, layer_end) of the backbone are packed (a pipeline stage's; the
+  // others are never computed on this rank and stay unpacked and unread); drafter blocks,
+  // head and embeddings always.
+  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30);
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }
 

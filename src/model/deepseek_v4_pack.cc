@@ -1,4 +1,5 @@
 // DeepseekV4Weights::pack_for_kernels (see deepseek_v4_weights.h).
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -8,7 +9,7 @@
 
 namespace strata {
 
-void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool) {
+void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end) {
   std::vector<std::function<int64_t()>> jobs;
   auto add_linear = [&](V41Linear& l) {
     if (!l.present()) return;
@@ -30,7 +31,8 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool) {
     });
   };
   std::vector<V4BlockWeights*> blocks;
-  for (V4BlockWeights& b : layers_) blocks.push_back(&b);
+  for (int l = std::max(0, layer_begin); l < std::min<int>(layer_end, layers_.size()); ++l)
+    blocks.push_back(&layers_[l]);
   for (V4BlockWeights& b : mtp_) {
     blocks.push_back(&b);
     add_linear(b.e_proj);

@@ -105,7 +105,10 @@ class DeepseekV4Weights {
   // (V41Linear::packed and the *_packed members). The forward then uses the multi-threaded
   // packed kernels, bit-identical to the scalar loops. Not thread-safe (call once, at load);
   // `pool` (may be null) splits the work.
-  void pack_for_kernels(ThreadPool* pool);
+  // layers [layer_begin, layer_end) of the backbone are packed (a pipeline stage's; the
+  // others are never computed on this rank and stay unpacked and unread); drafter blocks,
+  // head and embeddings always.
+  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30);
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/byte_msg.h"
 #include "base/check.h"
 #include "mpi/dist_wait.h"
 #include "mpi/mpi_world.h"
@@ -17,39 +18,7 @@ namespace {
 
 enum Op : uint8_t { kAdd = 1, kRelease, kAttach, kStep, kTruncate, kDraft, kStop };
 
-// A flat message: appends / reads PODs and int32 spans.
-struct Msg {
-  std::vector<uint8_t> b;
-  size_t at = 0;
-  template <typename T>
-  void put(T v) {
-    const size_t n = b.size();
-    b.resize(n + sizeof(T));
-    std::memcpy(b.data() + n, &v, sizeof(T));
-  }
-  void put_ids(std::span<const int32_t> ids) {
-    put<int64_t>(static_cast<int64_t>(ids.size()));
-    const size_t n = b.size();
-    b.resize(n + ids.size_bytes());
-    if (!ids.empty()) std::memcpy(b.data() + n, ids.data(), ids.size_bytes());
-  }
-  template <typename T>
-  T get() {
-    STRATA_CHECK(at + sizeof(T) <= b.size());
-    T v;
-    std::memcpy(&v, b.data() + at, sizeof(T));
-    at += sizeof(T);
-    return v;
-  }
-  std::vector<int32_t> get_ids() {
-    const int64_t n = get<int64_t>();
-    STRATA_CHECK(n >= 0 && at + n * 4 <= b.size());
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    if (n) std::memcpy(v.data(), b.data() + at, n * 4);
-    at += n * 4;
-    return v;
-  }
-};
+using Msg = ByteMsg;
 
 // Broadcasts rank 0's message. `idle`: a follower waiting for rank 0's next call (which may
 // come hours later) waits for its length without the watchdog; everything else is bounded by

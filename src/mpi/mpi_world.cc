@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -113,6 +114,67 @@ class MpiDcpComm final : public DcpComm {
   TimedAllgather gather_{"decode context parallel"};
 };
 
+// Pipeline stages over MPI_COMM_WORLD: stage = rank. A boundary is its length (int64) then
+// its bytes in chunks below MPI's int counts, point to point (send_next / recv_prev) or
+// broadcast from the last rank; every wait is bounded by the watchdog (dist_wait).
+class MpiPipeComm final : public PipeComm {
+ public:
+  int rank() const override { return mpi_rank(); }
+  int size() const override { return mpi_size(); }
+  double seconds() const override { return seconds_; }
+  void send_next(const std::vector<uint8_t>& bytes) override {
+    Timed t(this);
+    int64_t n = static_cast<int64_t>(bytes.size());
+    MPI_Request req;
+    MPI_Isend(&n, 1, MPI_INT64_T, rank() + 1, kTag, MPI_COMM_WORLD, &req);
+    dist_wait(&req, "pipeline stage boundary (send)");
+    for (int64_t off = 0; off < n; off += kChunk) {
+      MPI_Isend(bytes.data() + off, chunk(n, off), MPI_BYTE, rank() + 1, kTag, MPI_COMM_WORLD, &req);
+      dist_wait(&req, "pipeline stage boundary (send)");
+    }
+  }
+  std::vector<uint8_t> recv_prev() override {
+    Timed t(this);
+    int64_t n = 0;
+    MPI_Request req;
+    MPI_Irecv(&n, 1, MPI_INT64_T, rank() - 1, kTag, MPI_COMM_WORLD, &req);
+    dist_wait(&req, "pipeline stage boundary (receive)");
+    STRATA_CHECK_MSG(n >= 0, "pipeline stage boundary of {} bytes", n);
+    std::vector<uint8_t> bytes(static_cast<size_t>(n));
+    for (int64_t off = 0; off < n; off += kChunk) {
+      MPI_Irecv(bytes.data() + off, chunk(n, off), MPI_BYTE, rank() - 1, kTag, MPI_COMM_WORLD, &req);
+      dist_wait(&req, "pipeline stage boundary (receive)");
+    }
+    return bytes;
+  }
+  void bcast_from_last(std::vector<uint8_t>* bytes) override {
+    Timed t(this);
+    const int root = size() - 1;
+    int64_t n = static_cast<int64_t>(bytes->size());
+    MPI_Request req;
+    MPI_Ibcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD, &req);
+    dist_wait(&req, "pipeline result (broadcast)");
+    bytes->resize(static_cast<size_t>(n));
+    for (int64_t off = 0; off < n; off += kChunk) {
+      MPI_Ibcast(bytes->data() + off, chunk(n, off), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+      dist_wait(&req, "pipeline result (broadcast)");
+    }
+  }
+
+ private:
+  static constexpr int kTag = 0x5050;
+  static constexpr int64_t kChunk = int64_t{1} << 30;
+  static int chunk(int64_t n, int64_t off) { return static_cast<int>(std::min(n - off, kChunk)); }
+  struct Timed {
+    MpiPipeComm* c;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Timed() {
+      c->seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+  double seconds_ = 0;
+};
+
 }  // namespace
 
 bool mpi_init_if_launched(int* argc, char*** argv) {
@@ -192,6 +254,8 @@ void mpi_abort_after(double seconds, int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
   }).detach();
 }
+
+std::shared_ptr<PipeComm> make_mpi_pipe_comm() { return std::make_shared<MpiPipeComm>(); }
 
 std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave) {
   STRATA_CHECK(interleave >= 1);

@@ -13,6 +13,7 @@
 
 #include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
+#include "dist/pipe_comm.h"
 
 namespace strata {
 
@@ -24,6 +25,8 @@ std::shared_ptr<ExpertComm> make_mpi_expert_comm();
 // The DCP communicator over MPI_COMM_WORLD (every rank in one DCP group), interleave S >= 1
 // records (dist/dcp_comm.h).
 std::shared_ptr<DcpComm> make_mpi_dcp_comm(int64_t interleave);
+// The pipeline communicator over MPI_COMM_WORLD: rank r is stage r (dist/pipe_comm.h).
+std::shared_ptr<PipeComm> make_mpi_pipe_comm();
 
 // The watchdog of multi-rank runs (issue 25 item 5, --dist-timeout-s): every collective strata
 // issues inside a step (the MoE combine, the DCP exchanges, the mirrored calls' payloads) is

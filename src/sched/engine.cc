@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
+#include "dist/pipe_comm.h"
 #include "sched/json_constraint.h"
 #include "sched/json_schema.h"
 #include "sched/request_sampler.h"
@@ -357,6 +358,7 @@ void Engine::publish_stats(bool with_requests) {
   // Written by this (the engine's) thread inside the forwards.
   if (std::shared_ptr<ExpertComm> ep = process_expert_comm()) s.moe_collective_seconds_total = ep->seconds();
   if (std::shared_ptr<DcpComm> dcp = process_dcp_comm()) s.dcp_exchange_seconds_total = dcp->seconds();
+  if (std::shared_ptr<PipeComm> pp = process_pipe_comm()) s.pp_boundary_seconds_total = pp->seconds();
   s.kv_transfer_recomputed_tokens_total = c.handoff_recomputed_tokens;
   s.spec_decode_rollback_recomputes = c.spec_rollback_recomputes;
   s.spec_decode_rollback_recomputed_tokens = c.spec_rollback_recomputed_tokens;

@@ -106,6 +106,7 @@ struct EngineStats {
   // expert-parallel MoE combine and the DCP exchanges (dist/expert_comm.h, dcp_comm.h).
   double moe_collective_seconds_total = 0;
   double dcp_exchange_seconds_total = 0;
+  double pp_boundary_seconds_total = 0;  // pipeline stage boundaries (dist/pipe_comm.h)
   std::vector<CacheUsage> cache_usage;   // after the latest step
   int64_t prefix_cache_bytes_per_unit = 0;  // ModelRunner::prefix_cache_bytes_per_unit()
   // PD handoff (SubmitOptions): states exported (prefill role); states imported at

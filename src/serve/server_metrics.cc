@@ -234,6 +234,11 @@ std::string ServerMetrics::render(const EngineStats& s) const {
           "Time in the decode-context-parallel exchanges (index scores, selected rows), on "
           "rank 0; 0 on one rank.",
           s.dcp_exchange_seconds_total);
+  counter("pp_boundary_seconds_total",
+          "Time in the pipeline-parallel stage boundaries (receiving from the previous stage, "
+          "sending to the next, the last stage's result to every rank), on rank 0; 0 on one "
+          "rank.",
+          s.pp_boundary_seconds_total);
   out += "# HELP strata:cache_used_bytes State bytes in use per kind and memory tier.\n"
          "# TYPE strata:cache_used_bytes gauge\n";
   for (const CacheUsage& u : s.cache_usage) {

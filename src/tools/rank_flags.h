@@ -4,9 +4,10 @@
 //   --enable-expert-parallel            routed experts partitioned over the ranks
 //   --decode-context-parallel-size D    compressed KV / index keys owner-sharded over D ranks
 //   --dcp-kv-cache-interleave-size S    records per ownership run (default 1, as vLLM)
-//   --pipeline-parallel-size P          refused for P > 1 (not built yet)
-// Both layouts span every rank (DCP D must equal the number of ranks; with EP too, each rank
-// holds 1/N of the experts and 1/N of the compressed records).
+//   --pipeline-parallel-size P          decoder layers split over P stages (DeepSeek V4 / V4.1)
+// Every layout spans every rank (DCP D and PP P must equal the number of ranks; DCP with EP
+// too: each rank holds 1/N of the experts and 1/N of the compressed records). PP is not
+// combined with EP or DCP yet (refused).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -46,7 +47,9 @@ inline void add_rank_flags(CLI::App* cmd, RankLayout* l) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   cmd->add_option("--pipeline-parallel-size", l->pp,
-                  "Pipeline stages (only 1: pipeline parallelism is not built yet)")
+                  "Under mpirun -np N with N = this: split the decoder layers over the ranks "
+                  "in contiguous ranges, the stage boundaries sent rank to rank (DeepSeek V4 / "
+                  "V4.1); results equal one rank's bit for bit")
       ->check(CLI::Range(1, 1 << 16));
 }
 
@@ -58,24 +61,31 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
     if (mpi_rank() == 0) fmt::print(stderr, "{}: {}\n", command, why);  // once, not per rank
     return 2;
   };
-  if (l.pp > 1)
-    return refuse(fmt::format("--pipeline-parallel-size {}: pipeline parallelism is not "
-                              "built yet (supported: expert parallelism, decode context "
-                              "parallelism)", l.pp));
+  if (l.pp > 1 && n == 1)
+    return refuse(fmt::format("--pipeline-parallel-size {} needs {} ranks: start with "
+                              "mpirun -np {}", l.pp, l.pp, l.pp));
+  if (l.pp > 1 && l.pp != n)
+    return refuse(fmt::format("--pipeline-parallel-size {} with {} ranks: the stages span "
+                              "every rank (pass {})", l.pp, n, n));
+  if (l.pp > 1 && (l.expert_parallel || l.dcp > 1))
+    return refuse("--pipeline-parallel-size is not combined with --enable-expert-parallel or "
+                  "--decode-context-parallel-size yet: run one layout");
   if (l.dcp > 1 && n == 1)
     return refuse(fmt::format("--decode-context-parallel-size {} needs {} ranks: start with "
                               "mpirun -np {}", l.dcp, l.dcp, l.dcp));
   if (l.dcp > 1 && l.dcp != n)
     return refuse(fmt::format("--decode-context-parallel-size {} with {} ranks: the DCP group "
                               "spans every rank (pass {})", l.dcp, n, n));
-  if (n > 1 && !l.expert_parallel && l.dcp == 1)
+  if (n > 1 && !l.expert_parallel && l.dcp == 1 && l.pp == 1)
     return refuse(fmt::format("{} ranks but no parallel layout: pass --enable-expert-parallel "
-                              "and/or --decode-context-parallel-size {}", n, n));
+                              "and/or --decode-context-parallel-size {}, or "
+                              "--pipeline-parallel-size {}", n, n, n));
   if (l.dcp_interleave != 1 && l.dcp == 1)
     return refuse("--dcp-kv-cache-interleave-size needs --decode-context-parallel-size > 1");
   set_dist_timeout(l.dist_timeout_s);
   if (l.expert_parallel && n > 1) set_process_expert_comm(make_mpi_expert_comm());
   if (l.dcp > 1) set_process_dcp_comm(make_mpi_dcp_comm(l.dcp_interleave));
+  if (l.pp > 1) set_process_pipe_comm(make_mpi_pipe_comm());
   return 0;
 }
 
@@ -93,6 +103,9 @@ inline std::string collective_time_line() {
   if (std::shared_ptr<DcpComm> d = process_dcp_comm())
     s += fmt::format("decode context parallel: {} ranks, interleave {}, exchange {:.3f} s on "
                      "rank 0\n", d->size(), d->interleave(), d->seconds());
+  if (std::shared_ptr<PipeComm> p = process_pipe_comm())
+    s += fmt::format("pipeline parallel: {} stages, stage boundaries {:.3f} s on rank 0\n",
+                     p->size(), p->seconds());
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "exec/deepseek_v4/v4_forward_call.h"
 #include "exec/deepseek_v4/v4_ops.h"
+#include "exec/stage_carry.h"
 #include "model/dtype.h"
 
 namespace strata {
@@ -23,7 +24,8 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
                                                                  bool legacy_state,
                                                                  int64_t state_max_tokens,
                                                                  int threads,
-                                                                 bool scalar_reference) {
+                                                                 bool scalar_reference,
+                                                                 std::shared_ptr<PipeComm> pipe_comm) {
   std::unique_ptr<DeepseekV4Model> m(new DeepseekV4Model());
   STRATA_ASSIGN_OR_RETURN(m->config_, load_deepseek_config(dir));
   const DeepseekConfig& c = m->config_;
@@ -38,8 +40,11 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
   if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
+  // A pipeline stage packs (and so keeps resident) only its own layers.
+  const PipeStage own = pipe_stage(pipe_comm ? pipe_comm.get() : process_pipe_comm().get(),
+                                   c.n_layers);
   if (!scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get());
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -64,6 +69,11 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
   m->dcp_comm_ = process_dcp_comm();
   if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
+  m->pipe_comm_ = pipe_comm ? pipe_comm : process_pipe_comm();
+  if (m->pipe_comm_ && m->pipe_comm_->size() <= 1) m->pipe_comm_.reset();
+  if (m->pipe_comm_ && m->pipe_comm_->size() > c.n_layers)
+    return failed_precondition("--pipeline-parallel-size {} exceeds the model's {} layers",
+                               m->pipe_comm_->size(), c.n_layers);
   return m;
 }
 
@@ -239,12 +249,38 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     if (opt.dump) opt.dump(name, data, shape);
   };
 
+  // Pipeline parallelism: this rank runs layers [stage.begin, stage.end) (all without it);
+  // V4's boundary is the streams (and the routes in validation): its top-k lists do not
+  // cross layers.
+  const PipeStage stage = pipe_stage(pipe_comm_.get(), cf.n_layers);
+  auto carry = [&](std::vector<float>& h, int next_layer) {
+    StageCarry k;
+    k.s0 = c.s0;
+    k.S = S;
+    k.next_layer = next_layer;
+    k.h = std::move(h);
+    if (c.routes) {
+      k.has_routes = true;
+      k.routes = *c.routes;
+    }
+    return k;
+  };
+  auto take = [&](StageCarry k, std::vector<float>* h, int next_layer) {
+    STRATA_CHECK_MSG(k.s0 == c.s0 && k.S == S && k.next_layer == next_layer &&
+                         static_cast<int64_t>(k.h.size()) == S * hc * D &&
+                         k.has_routes == (c.routes != nullptr),
+                     "pipeline stage boundary does not match this call (positions {}+{} vs "
+                     "{}+{}, layer {} vs {}): the stages diverged", k.s0, k.S, c.s0, S,
+                     k.next_layer, next_layer);
+    *h = std::move(k.h);
+    if (c.routes) *c.routes = std::move(k.routes);
+  };
   std::vector<float> h(S * hc * D);
   const uint16_t* emb = weights_->embed().u16();
-  for (int64_t i = 0; i < S; ++i)
+  for (int64_t i = 0; stage.first && i < S; ++i)
     for (int ch = 0; ch < hc; ++ch)
       for (int64_t d = 0; d < D; ++d) h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
-  if (opt.dump) {
+  if (opt.dump && stage.first) {
     std::vector<float> e0(S * D);
     for (int64_t i = 0; i < S; ++i) std::copy_n(&h[i * hc * D], D, &e0[i * D]);
     dump("embed", e0.data(), {S, D});
@@ -252,7 +288,8 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
 
   std::vector<float> pre(S * hc), post(S * hc), comb(S * hc * hc);
   std::vector<float> x(S * D), xn(S * D), f(S * D);
-  for (int L = 0; L < cf.n_layers; ++L) {
+  if (!stage.first) take(pipe_receive(*pipe_comm_), &h, stage.begin);
+  for (int L = stage.begin; L < stage.end; ++L) {
     const V4BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
     v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
@@ -266,6 +303,10 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     ffn_sublayer(L, c, h.data(), f.data());
     dump(ln + "ffn_out", f.data(), {S, D});
     dump(ln + "block_out", h.data(), {S, hc, D});
+  }
+  if (stage.split()) {
+    // The last stage's boundary reaches every rank, which runs the epilogue on it.
+    take(pipe_pass(*pipe_comm_, stage, carry(h, stage.end)), &h, cf.n_layers);
   }
   write_mtp_rows(c, h.data());
   v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),

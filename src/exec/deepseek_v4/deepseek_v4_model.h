@@ -37,6 +37,7 @@
 
 #include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
+#include "dist/pipe_comm.h"
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -78,13 +79,16 @@ class DeepseekV4Model {
   // threads: compute threads of the forward (GEMMs split over output features; results are
   // identical for every count), 0 = the CPUs this process may use, 1 = the caller only. scalar_reference: keep
   // the checkpoint layout and run the scalar loops instead of the repacked vector kernels
-  // (DeepseekV4Weights::pack_for_kernels); same results, for A/B checks.
+  // (DeepseekV4Weights::pack_for_kernels); same results, for A/B checks. pipe_comm: this
+  // rank's pipeline stage (dist/pipe_comm.h; null = the process's, process_pipe_comm()).
+  // Errors: FailedPrecondition for an unsupported config or more stages than layers.
   static StatusOr<std::unique_ptr<DeepseekV4Model>> load(const std::string& dir,
                                                          int64_t max_context = 0,
                                                          bool legacy_state = false,
                                                          int64_t state_max_tokens = 0,
                                                          int threads = 1,
-                                                         bool scalar_reference = false);
+                                                         bool scalar_reference = false,
+                                                         std::shared_ptr<PipeComm> pipe_comm = nullptr);
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV4Weights& weights() const { return *weights_; }
@@ -181,6 +185,9 @@ class DeepseekV4Model {
   // Decode context parallelism (dist/dcp_comm.h): the process's communicator at load; null =
   // every compressed row and index key here.
   std::shared_ptr<DcpComm> dcp_comm_;
+  // Pipeline parallelism (dist/pipe_comm.h): the process's communicator at load; null = every
+  // layer on this rank.
+  std::shared_ptr<PipeComm> pipe_comm_;
 };
 
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41/v41_forward_ctx.h"
 #include "exec/deepseek_v41/v41_mhc.h"
+#include "exec/stage_carry.h"
 #include "kernels/block_gemm.h"
 #include "model/dtype.h"
 #include "model/tokenizer.h"
@@ -26,6 +27,98 @@ namespace {
 float bf16v(const TensorView& t, int64_t i) { return bf16_to_f32(t.u16()[i]); }
 
 }  // namespace
+
+// A stage boundary (exec/stage_carry.h) from / into a forward's context.
+StageCarry DeepseekV41Model::make_carry(const Ctx& c, int next_layer,
+                                        const std::vector<float>& pre,
+                                        const std::vector<float>& taps, int tap_slot) const {
+  StageCarry k;
+  k.s0 = c.s0;
+  k.S = c.S;
+  k.next_layer = next_layer;
+  k.h = c.h;
+  k.pre = pre;
+  k.taps = taps;
+  k.tap_slot = tap_slot;
+  for (const Ctx::TopK& t : c.topk) k.topk.push_back({t.width, t.row_width, t.rows});
+  k.candidates = c.candidates;
+  // Persistent rows an earlier layer owns and a layer at or past next_layer reads (V4.1-Flash:
+  // layer 20's compressed KV and index keys are read up to layer 39). In the reference call
+  // shape every index key goes to every stage, the last stage's result included: the
+  // reference's decode quirk (V41ForwardOptions::decode_step) lets an index source read the
+  // keys of whichever owner published last, in a later layer of the previous call too.
+  const DeepseekConfig& cf = config_;
+  for (int O = 0; O < next_layer; ++O) {
+    const LayerSchedule& os = cf.layers[O];
+    if (!os.has_compressor || c.emitted[O].empty()) continue;
+    bool kv_read = false, keys_read = false;
+    for (int L = next_layer; L < cf.n_layers; ++L) {
+      kv_read |= cf.layers[L].kv_owner == O;
+      keys_read |= cf.layers[L].index_key_owner == O;
+    }
+    const std::vector<int64_t>& g = c.emitted[O];
+    for (int kind = 0; kind < 2; ++kind) {
+      if (!(kind == 0 ? kv_read : (keys_read || !c.canonical) && os.owns_index_keys)) continue;
+      const int64_t width = kind == 0 ? cf.head_dim : cf.index_head_dim;
+      StageCarry::Rows r;
+      r.layer = O;
+      r.kind = kind;
+      r.records = g;
+      r.values.resize(g.size() * width);
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (kind == 0) {
+          c.seq->read_compressed_rows(O, g[i], 1, &r.values[i * width]);
+        } else {
+          c.seq->read_index_keys(O, g[i], 1, &r.values[i * width]);
+        }
+      }
+      k.rows.push_back(std::move(r));
+    }
+  }
+  k.published_index_owner = c.seq->published_index_owner();
+  if (c.routes) {
+    k.has_routes = true;
+    k.routes = *c.routes;
+  }
+  return k;
+}
+
+void DeepseekV41Model::take_carry(StageCarry k, int next_layer, Ctx& c, std::vector<float>* pre,
+                                  std::vector<float>* taps, int* tap_slot) const {
+  const int64_t hc = config_.hc_mult, D = config_.dim;
+  STRATA_CHECK_MSG(k.s0 == c.s0 && k.S == c.S && k.next_layer == next_layer &&
+                       static_cast<int64_t>(k.h.size()) == c.S * hc * D &&
+                       k.pre.size() == pre->size() && k.taps.size() == taps->size() &&
+                       k.topk.size() == c.topk.size() && k.candidates.size() == c.candidates.size() &&
+                       k.has_routes == (c.routes != nullptr),
+                   "pipeline stage boundary does not match this call (positions {}+{} vs {}+{}, "
+                   "layer {} vs {}): the stages diverged", k.s0, k.S, c.s0, c.S, k.next_layer,
+                   next_layer);
+  c.h = std::move(k.h);
+  *pre = std::move(k.pre);
+  *taps = std::move(k.taps);
+  *tap_slot = k.tap_slot;
+  for (size_t l = 0; l < k.topk.size(); ++l) {
+    c.topk[l].width = k.topk[l].width;
+    c.topk[l].row_width = std::move(k.topk[l].row_width);
+    c.topk[l].rows = std::move(k.topk[l].rows);
+  }
+  c.candidates = std::move(k.candidates);
+  for (const StageCarry::Rows& r : k.rows) {
+    const int64_t width = r.kind == 0 ? config_.head_dim : config_.index_head_dim;
+    STRATA_CHECK(r.values.size() == r.records.size() * width);
+    c.emitted[r.layer] = r.records;  // a later boundary passes them on
+    for (size_t i = 0; i < r.records.size(); ++i) {
+      if (r.kind == 0) {
+        c.seq->write_compressed_row(r.layer, r.records[i], &r.values[i * width]);
+      } else {
+        c.seq->write_index_key(r.layer, r.records[i], &r.values[i * width]);
+      }
+    }
+  }
+  c.seq->set_published_index_owner(k.published_index_owner);
+  if (c.routes) *c.routes = std::move(k.routes);
+}
 
 StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::string& dir,
                                                                    const V41LoadOptions& options) {
@@ -42,8 +135,11 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
   if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
+  // A pipeline stage packs (and so keeps resident) only its own layers.
+  const PipeStage own = pipe_stage(options.pipe_comm ? options.pipe_comm.get()
+                                                     : process_pipe_comm().get(), c.n_layers);
   if (!options.scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get());
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -81,6 +177,7 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
     m->engram_tables_ = std::make_unique<EngramTableStore>(options.engram_placement,
                                                            options.engram_cache_bytes);
     for (int layer : c.engram_layer_ids) {
+      if (layer < own.begin || layer >= own.end) continue;  // another pipeline stage's layer
       const V41EngramWeights& ew = m->weights_->layer(layer).engram;
       STRATA_RETURN_IF_ERROR(m->engram_tables_->add_layer(layer, ew.table, ew.table_scale));
     }
@@ -104,6 +201,11 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
   m->dcp_comm_ = options.dcp_comm ? options.dcp_comm : process_dcp_comm();
   if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
+  m->pipe_comm_ = options.pipe_comm ? options.pipe_comm : process_pipe_comm();
+  if (m->pipe_comm_ && m->pipe_comm_->size() <= 1) m->pipe_comm_.reset();
+  if (m->pipe_comm_ && m->pipe_comm_->size() > c.n_layers)
+    return failed_precondition("--pipeline-parallel-size {} exceeds the model's {} layers",
+                               m->pipe_comm_->size(), c.n_layers);
   return m;
 }
 
@@ -186,12 +288,15 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
   }
   c.topk.resize(cf.n_layers);
   c.candidates.resize(cf.n_layers);
+  if (pipe_comm_) c.emitted.resize(cf.n_layers);
   const int64_t D = cf.dim;
   const int hc = cf.hc_mult;
   auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
     if (opt.dump) opt.dump(name, data, shape);
   };
 
+  // Pipeline parallelism: this rank runs layers [stage.begin, stage.end) (all without it).
+  const PipeStage stage = pipe_stage(pipe_comm_.get(), cf.n_layers);
   std::vector<int64_t> raw(tokens.begin(), tokens.end());
   if (engram_hasher_) {
     c.hashes.resize(S * engram_hasher_->n_layers() * engram_hasher_->n_cols());
@@ -201,6 +306,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
       const int nl = engram_hasher_->n_layers(), ncols = engram_hasher_->n_cols();
       std::vector<std::pair<int, std::vector<int64_t>>> ahead;
       for (int j = 0; j < nl; ++j) {
+        if (cf.engram_layer_ids[j] < stage.begin || cf.engram_layer_ids[j] >= stage.end) continue;
         std::vector<int64_t> rows;
         for (int64_t i = 0; i < S; ++i)
           for (int col = 0; col < ncols; ++col) rows.push_back(c.hashes[(i * nl + j) * ncols + col]);
@@ -212,6 +318,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
 
   // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.
   c.h.resize(S * hc * D);
+  if (stage.first) {
   const uint16_t* emb = weights_->embed().u16();
   for (int64_t i = 0; i < S; ++i)
     for (int ch = 0; ch < hc; ++ch)
@@ -221,6 +328,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
     dump("embed", e0.data(), {S, D});
   }
+  }  // stage.first
   std::vector<float> pre_prev(S * hc, 0.0f);
   for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
 
@@ -242,7 +350,11 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
       if (pool != nullptr) pool->wait_async();
     }
   } wait_on_exit{async_mixes ? pool_.get() : nullptr};
-  for (int L = 0; L < cf.n_layers; ++L) {
+  if (!stage.first) {
+    profile::PhaseScope phase("pipeline: receive the stage boundary");
+    take_carry(pipe_receive(*pipe_comm_), stage.begin, c, &pre_prev, &main_hidden, &tap_slot);
+  }
+  for (int L = stage.begin; L < stage.end; ++L) {
     const LayerSchedule& ls = cf.layers[L];
     const V41BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
@@ -317,6 +429,13 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     dump(ln + "block_out", c.h.data(), {S, hc, D});
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
     pre_prev = preF;
+  }
+  if (stage.split()) {
+    // The last stage's boundary reaches every rank, which runs the epilogue on it.
+    profile::PhaseScope phase("pipeline: pass the stage boundary");
+    StageCarry out = make_carry(c, stage.end, pre_prev, main_hidden, tap_slot);
+    take_carry(pipe_pass(*pipe_comm_, stage, out), cf.n_layers, c, &pre_prev, &main_hidden,
+               &tap_slot);
   }
   if (n_taps > 0) {
     STRATA_CHECK(tap_slot == n_taps);

@@ -45,10 +45,13 @@
 #include "exec/deepseek_v41/v41_engram_table.h"
 #include "dist/dcp_comm.h"
 #include "dist/expert_comm.h"
+#include "dist/pipe_comm.h"
 #include "model/safetensors.h"
 #include "state/state_graph.h"
 
 namespace strata {
+
+struct StageCarry;  // exec/stage_carry.h
 
 struct V41Routes {
   // moe[layer][t] expert ids; index[slot][t] kept compressed positions (slot follows
@@ -134,6 +137,10 @@ struct V41LoadOptions {
   // Decode context parallelism (dist/dcp_comm.h): compressed KV rows and index keys are
   // owner-sharded over the group; null = the process's (process_dcp_comm()), null on one rank.
   std::shared_ptr<DcpComm> dcp_comm;
+  // Pipeline parallelism (dist/pipe_comm.h): this rank runs its stage's layers, the stage
+  // boundaries cross between ranks (exec/stage_carry.h); null = the process's
+  // (process_pipe_comm()), null on one rank.
+  std::shared_ptr<PipeComm> pipe_comm;
 };
 
 class DeepseekV41Model {
@@ -195,6 +202,12 @@ class DeepseekV41Model {
   struct Ctx;  // per-call scratch (defined in the .cc files)
 
   void engram(int layer, Ctx& c) const;
+  // Pipeline parallelism: the stage boundary of a forward (exec/stage_carry.h) built from its
+  // context, and taken into it (CHECK-fails when it is not this call's: the stages diverged).
+  StageCarry make_carry(const Ctx& c, int next_layer, const std::vector<float>& pre,
+                        const std::vector<float>& taps, int tap_slot) const;
+  void take_carry(StageCarry k, int next_layer, Ctx& c, std::vector<float>* pre,
+                  std::vector<float>* taps, int* tap_slot) const;
   void attention(int layer, const float* x, Ctx& c, float* out) const;
   void compress(int layer, const float* x, Ctx& c, std::vector<float>* latent,
                 std::vector<int64_t>* latent_rows) const;
@@ -230,6 +243,7 @@ class DeepseekV41Model {
   std::unique_ptr<EngramTableStore> engram_tables_;
   std::shared_ptr<ExpertComm> expert_comm_;  // null or size 1: every expert here
   std::shared_ptr<DcpComm> dcp_comm_;        // null: every compressed row / index key here
+  std::shared_ptr<PipeComm> pipe_comm_;      // null: every layer here
   std::vector<v41::RopeTable> rope_;  // per layer id (backbone, then draft stages)
   int64_t max_context_ = 0;
   int64_t min_parallel_attention_macs_ = int64_t{1} << 16;

@@ -295,6 +295,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
       std::vector<float> latent;
       std::vector<int64_t> rows;
       compress(L, x, c, &latent, &rows);
+      if (!c.emitted.empty()) c.emitted[L] = rows;
       const int64_t n = static_cast<int64_t>(rows.size());
       if (n > 0 && ls.owns_index_keys) {
         const V41IndexerWeights& iw = aw.indexer;

@@ -34,6 +34,9 @@ struct DeepseekV41Model::Ctx : DeepseekForwardCall<V41SequenceState> {
   };
   std::vector<TopK> topk;                     // by layer id (index sources only)
   std::vector<std::vector<uint8_t>> candidates;  // by layer id: [S * compress_len] bool
+  // By layer id: the compressed records a KV-source layer emitted in this call (pipeline
+  // parallelism carries them, and their index keys, to the stages of their consumers).
+  std::vector<std::vector<int64_t>> emitted;
 };
 
 }  // namespace strata
