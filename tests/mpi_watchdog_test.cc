@@ -54,17 +54,21 @@ Answer ask_long(int port, int max_tokens) {
 // Starts the job, checks it answers, applies `sig` to rank 1 while a long request is in
 // flight; that request (or, if it finished first, the next one) gets an error within the
 // timeout, and the job ends by itself.
-void rank_failure(int sig, const std::vector<std::string>& mpirun_extra) {
+// `layout`: the parallel layout's flags (EP by default; the pipeline's stage boundaries are
+// waited on the same way).
+void rank_failure(int sig, const std::vector<std::string>& mpirun_extra,
+                  const std::vector<std::string>& layout = {"--enable-expert-parallel"}) {
   const double timeout_s = 5;
   std::vector<std::string> launcher = {"/usr/bin/mpirun", "--oversubscribe", "--allow-run-as-root"};
   launcher.insert(launcher.end(), mpirun_extra.begin(), mpirun_extra.end());
   launcher.insert(launcher.end(), {"-np", "2"});
-  auto job = testing::StrataProcess::start_with(
-      launcher,
-      {"serve", "--model", src_dir() + "/models/deepseek-v41-tiny", "--port", "0", "--threads",
-       "1", "--disable-log-requests", "--enable-expert-parallel", "--dist-timeout-s",
-       std::to_string(timeout_s)},
-      "watchdog-" + std::to_string(sig));
+  std::vector<std::string> args = {"serve", "--model", src_dir() + "/models/deepseek-v41-tiny",
+                                   "--port", "0", "--threads", "1", "--disable-log-requests",
+                                   "--dist-timeout-s", std::to_string(timeout_s)};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const bool pp = layout.front() == "--pipeline-parallel-size";
+  auto job = testing::StrataProcess::start_with(launcher, args,
+                                                "watchdog-" + std::to_string(sig) + (pp ? "-pp" : ""));
   ASSERT_TRUE(job);
   ASSERT_EQ(ask_long(job->port(), 4).status, 200);
   const pid_t r1 = rank_pid(job->pid(), 1);
@@ -84,11 +88,12 @@ void rank_failure(int sig, const std::vector<std::string>& mpirun_extra) {
   // The job aborts itself (rank 0's MPI_Abort) instead of waiting for the lost rank.
   EXPECT_TRUE(job->wait_exit(30)) << "mpirun still running; log " << job->log();
   if (sig == SIGSTOP) ::kill(r1, SIGKILL);
-  record("deepseek-v41-tiny", 2, 2,
-         fmt::format("serve, EP; watchdog: rank 1 {} mid-request, --dist-timeout-s 5",
+  record("deepseek-v41-tiny", 2, pp ? 1 : 2,
+         fmt::format("serve, {}; watchdog: rank 1 {} mid-request, --dist-timeout-s 5", pp ? "PP" : "EP",
                      sig == SIGSTOP ? "stopped (SIGSTOP)" : "killed (SIGKILL, orte_enable_recovery)"),
          ::testing::Test::HasFailure() ? "FAIL"
-                                       : "pass: request answered with an error, job ended");
+                                       : "pass: request answered with an error, job ended",
+         1, pp ? 2 : 1);
 }
 
 TEST(MpiWatchdog, HungRankFailsTheStepWithinTheTimeout) {
@@ -99,6 +104,12 @@ TEST(MpiWatchdog, HungRankFailsTheStepWithinTheTimeout) {
 TEST(MpiWatchdog, KilledRankFailsTheStepWithinTheTimeout) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
   rank_failure(SIGKILL, {"--mca", "orte_enable_recovery", "1"});
+}
+
+// Stage 1 of a pipeline stops: stage 0 waits for the last stage's result within the timeout.
+TEST(MpiWatchdog, HungPipelineStageFailsTheStepWithinTheTimeout) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  rank_failure(SIGSTOP, {}, {"--pipeline-parallel-size", "2"});
 }
 
 }  // namespace

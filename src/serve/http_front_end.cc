@@ -116,8 +116,11 @@ std::string address_text(const sockaddr* sa, int* port) {
   return buf;
 }
 
+// Into a httplib::Headers (case-insensitive names: RFC 9110 §5.1) or httplib::Params: `Map`
+// must be the real type of *cls (the two multimaps order their keys differently).
+template <class Map>
 MHD_Result collect_value(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  static_cast<std::multimap<std::string, std::string>*>(cls)->emplace(key, value ? value : "");
+  static_cast<Map*>(cls)->emplace(key, value ? value : "");
   return MHD_YES;
 }
 
@@ -204,8 +207,8 @@ struct HttpFrontEnd::Impl {
     req->method = method;
     req->path = url;
     req->version = version;
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_value, &req->headers);
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &req->params);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_value<httplib::Headers>, &req->headers);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value<httplib::Params>, &req->params);
     req->target = req->path;
     bool first = true;
     for (const auto& [k, v] : req->params) {

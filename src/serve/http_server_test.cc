@@ -249,6 +249,31 @@ std::string raw_socket(int port, const std::string& text) {
   return out;
 }
 
+// Header names are case-insensitive (RFC 9110 §5.1; HTTP/2 proxies send them lowercase): a
+// lowercase content-type and authorization are read like the canonical spellings.
+TEST(RequestGuard, HeaderNamesAreCaseInsensitive) {
+  Stack s(4096, {.api_key = "k", .protect_metrics = false, .allowed_hosts = {}, .allowed_origins = {}});
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  auto request = [&](const std::string& ct, const std::string& auth) {
+    return raw_socket(s.http.port(),
+                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + ct +
+                          ": application/json\r\n" + auth + ": Bearer k\r\ncontent-length: " +
+                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  };
+  for (const auto& [ct, auth] : {std::pair{"Content-Type", "Authorization"},
+                                 {"content-type", "authorization"},
+                                 {"CONTENT-TYPE", "AUTHORIZATION"}}) {
+    const std::string reply = request(ct, auth);
+    EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << ct << " / " << auth << ":\n" << reply;
+  }
+  // Without the key: still refused, whatever the spelling.
+  const std::string no_key = raw_socket(
+      s.http.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: "
+                     "application/json\r\ncontent-length: " + std::to_string(body.size()) +
+                     "\r\nConnection: close\r\n\r\n" + body);
+  EXPECT_EQ(no_key.rfind("HTTP/1.1 401", 0), 0u) << no_key;
+}
+
 TEST(RequestGuard, ChunkedBodiesHaveTheLimitAndSmugglingIsRefused) {
   Stack s;  // max_body_bytes 4096
   httplib::Client c("127.0.0.1", s.http.port());
