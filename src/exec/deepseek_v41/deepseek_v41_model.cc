@@ -318,17 +318,17 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
 
   // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.
   c.h.resize(S * hc * D);
-  if (stage.first) {
-  const uint16_t* emb = weights_->embed().u16();
-  for (int64_t i = 0; i < S; ++i)
-    for (int ch = 0; ch < hc; ++ch)
-      for (int64_t d = 0; d < D; ++d) c.h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
-  if (opt.dump) {
-    std::vector<float> e0(S * D);
-    for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
-    dump("embed", e0.data(), {S, D});
+  if (stage.first) {  // later stages receive the streams
+    const uint16_t* emb = weights_->embed().u16();
+    for (int64_t i = 0; i < S; ++i)
+      for (int ch = 0; ch < hc; ++ch)
+        for (int64_t d = 0; d < D; ++d) c.h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
+    if (opt.dump) {
+      std::vector<float> e0(S * D);
+      for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
+      dump("embed", e0.data(), {S, D});
+    }
   }
-  }  // stage.first
   std::vector<float> pre_prev(S * hc, 0.0f);
   for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
 
