@@ -82,11 +82,11 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
   ASSERT_FALSE(doc.is_discarded()) << log;
   std::string where;
   EXPECT_TRUE(valid_under_schema(doc, &where)) << where;
-  ASSERT_EQ(doc["steps"].size(), 9u);
+  ASSERT_EQ(doc["steps"].size(), 10u);
   const bool mpi = have("/usr/bin/mpirun"), redis = have("/usr/bin/redis-server");
   for (const json& r : doc["steps"]) {
     const int id = r["step"].get<int>();
-    const bool needs_mpi = id == 5 || id == 7, needs_redis = id == 6;
+    const bool needs_mpi = id == 5 || id == 7 || id == 10, needs_redis = id == 6;
     if ((needs_mpi && !mpi) || (needs_redis && !redis)) {
       EXPECT_EQ(r["status"], "unavailable") << r.dump();
       continue;
@@ -97,8 +97,8 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
         << r.dump();
     EXPECT_TRUE(acc["tokens_equal"].get<bool>());
     EXPECT_EQ(acc["max_abs_logprob_diff"].get<double>(), 0.0);
-    // Every step but the reference and DCP (sharded rows) compared the state row by row.
-    if (id != 1 && id != 5) {
+    // Every step but the reference, DCP and PP (rows sharded) compared the state row by row.
+    if (id != 1 && id != 5 && id != 10) {
       EXPECT_GT(acc["states_compared"].get<int64_t>(), 0) << r.dump();
       EXPECT_GT(acc["state"]["rows_compared"].get<int64_t>(), 0);
       EXPECT_TRUE(acc["state"]["equal"].get<bool>());
@@ -145,6 +145,9 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
     EXPECT_GT(step(doc, 5)["collectives"]["dcp_exchange_s"].get<double>(), 0);
     EXPECT_EQ(step(doc, 7)["parallel"]["ep"], 2);
     EXPECT_GT(step(doc, 7)["collectives"]["moe_collective_s"].get<double>(), 0);
+    EXPECT_EQ(step(doc, 10)["parallel"]["pp"], 2);
+    EXPECT_GT(step(doc, 10)["collectives"]["pp_boundary_s"].get<double>(), 0);
+    EXPECT_EQ(step(doc, 10)["collectives"]["moe_collective_s"].get<double>(), 0);
   }
   // The report: one row per step and the plots.
   std::ifstream h(out / "report.html");
@@ -165,7 +168,7 @@ TEST(ValidateMatrixTest, LadderOnTinyV41) {
     EXPECT_EQ(j["quantization"], "checkpoint formats (FP8 weights, FP4 experts)");
     ++rows;
   }
-  EXPECT_EQ(rows, 9 - (mpi ? 0 : 2) - (redis ? 0 : 1));
+  EXPECT_EQ(rows, 10 - (mpi ? 0 : 3) - (redis ? 0 : 1));
   fs::remove_all(out);
 }
 
@@ -203,9 +206,9 @@ TEST(ValidateMatrixTest, BrokenRestoreNamesStepAndKind) {
 TEST(ValidateMatrixTest, SchemaRejectsIncompleteRecords) {
   const fs::path out = out_dir("llama");
   std::string log;
-  // stories260K (Llama): DCP is not built for a plain-KV model and EP has no experts to split.
+  // stories260K (Llama): DCP and PP are not built for it and EP has no experts to split.
   const int rc = tools::run_strata("validate matrix --model " + src("models/stories260K") +
-                                       " --steps 1,5,7 --load-requests 2 --out " + out.string(),
+                                       " --steps 1,5,7,10 --load-requests 2 --out " + out.string(),
                                    &log, true, 600);
   ASSERT_EQ(rc, 0) << log;
   json doc = read_json(out / "matrix.json");
@@ -216,6 +219,8 @@ TEST(ValidateMatrixTest, SchemaRejectsIncompleteRecords) {
     EXPECT_EQ(step(doc, 5)["status"], "not_built");
     EXPECT_NE(step(doc, 5)["reason"].get<std::string>().find("plain-KV"), std::string::npos);
     EXPECT_EQ(step(doc, 7)["status"], "not_applicable");
+    EXPECT_EQ(step(doc, 10)["status"], "not_built");
+    EXPECT_NE(step(doc, 10)["reason"].get<std::string>().find("pipeline parallelism"), std::string::npos);
   }
   EXPECT_TRUE(step(doc, 5)["latency"].is_null());
   json missing = doc;

@@ -38,6 +38,15 @@ class PipeComm {
   virtual double seconds() const = 0;
 };
 
+// Microbatches a call of `rows` rows is split into on a pipeline of `stages` (> 1): 2 per stage
+// (so every stage has work while the pipeline fills and drains), at least 4 rows each; 1 =
+// the call runs whole (a decode step). Only the canonical numeric form splits a call: there a
+// row's result does not depend on the call it is computed in (exec/call_shape.h).
+inline int64_t pp_microbatches(int64_t rows, int stages) {
+  const int64_t by_rows = (rows + 3) / 4;
+  return by_rows < 2 * stages ? by_rows : 2 * stages;
+}
+
 // Which layers this rank runs: [begin, end) of n_layers; all of them without a PipeComm.
 struct PipeStage {
   int begin = 0, end = 0;

@@ -1,7 +1,9 @@
 // Pipeline parallelism in the forwards (issue 25 item 4), in one process: the tiny V4.1 and
 // V4 models split over 2-5 stages (dist/fake_pipe_comm.h: one thread per stage, each with its
 // own model and sequence) give every logits row, route and draft of one unsplit model, bit
-// for bit, in the canonical and the reference call shapes. With V4.1's 12 layers the splits
+// for bit, in the canonical and the reference call shapes. In the canonical form the prompt
+// chunks run as microbatches through the stages (pp_microbatches: 3 per 9-token chunk), the
+// one-token steps whole; the reference shape never splits a call. With V4.1's 12 layers the splits
 // put KV sources and their consumers on different stages (4 stages: layer 2's rows read by
 // layer 3 on the next stage; 5 stages: layer 6's rows read two stages later), so the carried
 // persistent rows are exercised. Also: the stage boundary's codec round trip.
@@ -84,6 +86,14 @@ TEST(StageCarry, StageRangesCoverTheLayers) {
       }
       EXPECT_EQ(at, n);
     }
+}
+
+TEST(StageCarry, MicrobatchCounts) {
+  EXPECT_EQ(pp_microbatches(1, 2), 1);   // a decode step runs whole
+  EXPECT_EQ(pp_microbatches(7, 2), 2);
+  EXPECT_EQ(pp_microbatches(9, 2), 3);   // the tests' prompt chunks: 3 microbatches
+  EXPECT_EQ(pp_microbatches(512, 2), 4); // 2 per stage
+  EXPECT_EQ(pp_microbatches(512, 3), 6);
 }
 
 // What one run of a model observes: every call's logits rows and routes, and drafts.
@@ -189,7 +199,9 @@ TEST(PipelineForward, V4SplitEqualsOneStage) {
       return run_calls(**m, shape, V4ForwardOptions{},
                        [](const DeepseekV4Model& mm, const V4SequenceState& s, int32_t tok) {
                          std::vector<int32_t> ids;
-                         if (mm.has_mtp()) EXPECT_TRUE(mm.mtp_draft(s, tok, 1, &ids).ok());
+                         if (mm.has_mtp()) {
+                           EXPECT_TRUE(mm.mtp_draft(s, tok, 1, &ids).ok());
+                         }
                          return ids;
                        });
     }, shape == CallShape::kCanonical ? "V4 canonical" : "V4 reference");

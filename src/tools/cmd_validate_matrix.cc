@@ -1,4 +1,4 @@
-// `strata validate matrix --model DIR [--steps 1-9] [--out DIR]`: the validation ladder
+// `strata validate matrix --model DIR [--steps 1-10] [--out DIR]`: the validation ladder
 // (issue 27; docs/validation-matrix.md). Each step starts its own deployment (strata serve,
 // the PD router, mpirun, redis-server), sends a fixed set of token-id prompts (greedy,
 // logprobs, the state row hashes of the validation mode), compares the answers with the
@@ -30,7 +30,7 @@ using nlohmann::json;
 
 struct MatrixArgs {
   std::string model;
-  std::string steps = "1-9";
+  std::string steps = "1-10";
   std::string out = "validate-matrix";
   int64_t max_tokens = 12;
   int64_t load_requests = 12;
@@ -52,11 +52,11 @@ StatusOr<std::vector<int>> parse_steps(const std::string& s) {
     try {
       const int a = std::stoi(part.substr(0, dash));
       const int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
-      if (a < 1 || b > 9 || a > b) throw std::out_of_range("range");
+      if (a < 1 || b > 10 || a > b) throw std::out_of_range("range");
       for (int i = a; i <= b; ++i)
         if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
     } catch (const std::exception&) {
-      return invalid_argument("--steps: '{}' is not a step list like 1-9 or 1,3,5 (steps 1-9)", s);
+      return invalid_argument("--steps: '{}' is not a step list like 1-10 or 1,3,5 (steps 1-10)", s);
     }
     p = comma + 1;
   }
@@ -195,9 +195,9 @@ void setup_validate_matrix(CLI::App& app) {
       "matrix", "Climb the validation ladder on a model: each step's deployment, equality with "
                 "the step below, latency, occupancy, transfers, hit rates (matrix.json, report.html)");
   cmd->add_option("--model", a->model, "Model directory")->required();
-  cmd->add_option("--steps", a->steps, "Steps to run: 1-9, or a list such as 1,3,4 (1 baseline, "
+  cmd->add_option("--steps", a->steps, "Steps to run: 1-10, or a list such as 1,3,4 (1 baseline, "
                   "2 chunked prefill, 3 prefix cache, 4 PD, 5 DCP, 6 KV pool, 7 EP, "
-                  "8 speculative decoding, 9 high concurrency)")->capture_default_str();
+                  "8 speculative decoding, 9 high concurrency, 10 PP)")->capture_default_str();
   cmd->add_option("--out", a->out, "Output directory")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per check prompt")
       ->check(CLI::Range(1, 4096))->capture_default_str();
@@ -215,7 +215,7 @@ void setup_validate_matrix(CLI::App& app) {
                   "Test hook: the servers of --debug-perturb-step change one byte of this state "
                   "kind on every prefix-hit restore (the step must fail, naming the kind)");
   cmd->add_option("--debug-perturb-step", a->perturb_step, "Step the hook applies to")
-      ->check(CLI::Range(1, 9))->capture_default_str();
+      ->check(CLI::Range(1, 10))->capture_default_str();
   cmd->callback([a] { set_exit_code(run_matrix(*a)); });
 }
 

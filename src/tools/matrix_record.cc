@@ -263,7 +263,7 @@ StepRun run_step(const MatrixContext& c, const StepInfo& info,
                         "kv_transfer_import_failures", "kv_transfer_received_bytes",
                         "spec_decode_num_drafts", "spec_decode_num_draft_tokens",
                         "spec_decode_num_accepted_tokens", "moe_collective_seconds",
-                        "dcp_exchange_seconds", "request_success", "prompt_tokens", "generation_tokens"})
+                        "dcp_exchange_seconds", "pp_boundary_seconds", "request_success", "prompt_tokens", "generation_tokens"})
     x[k] = delta(k);
   x["kv_transfer_exports"] = counter(p1, "kv_transfer_exports") - counter(p0, "kv_transfer_exports");
   // The decode side's transfer receiver: bytes received per state kind, fetch latency.
@@ -372,7 +372,8 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
                          {"replayed_tokens", x.value("prefix_replayed_tokens", 0.0)},
                          {"tiers", x.value("tiers", json::array())}};
     r["collectives"] = {{"moe_collective_s", x.value("moe_collective_seconds", 0.0)},
-                        {"dcp_exchange_s", x.value("dcp_exchange_seconds", 0.0)}};
+                        {"dcp_exchange_s", x.value("dcp_exchange_seconds", 0.0)},
+                        {"pp_boundary_s", x.value("pp_boundary_seconds", 0.0)}};
     r["preemptions"] = x.value("num_preemptions", 0.0);
   } else {
     r["prefix_cache"] = nullptr;

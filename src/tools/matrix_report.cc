@@ -190,7 +190,7 @@ td,th{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#eee}
         lat.is_object() ? num(lat["output_throughput_tok_s"]) : "&ndash;",
         r["prefix_cache"].is_object() ? num(r["prefix_cache"]["hit_rate"]) : "&ndash;",
         r["transfer"].is_object() ? fmt::format("{} handoffs, {} B", num(r["transfer"]["handoffs"]), num(r["transfer"]["bytes"], "{:.0f}")) : "&ndash;",
-        r["collectives"].is_object() ? fmt::format("MoE {} / DCP {}", num(r["collectives"]["moe_collective_s"]), num(r["collectives"]["dcp_exchange_s"])) : "&ndash;",
+        r["collectives"].is_object() ? fmt::format("MoE {} / DCP {} / PP {}", num(r["collectives"]["moe_collective_s"]), num(r["collectives"]["dcp_exchange_s"]), num(r["collectives"]["pp_boundary_s"])) : "&ndash;",
         notes);
   }
   o += "</table></div>";

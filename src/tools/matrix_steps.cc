@@ -24,6 +24,7 @@ const std::vector<StepInfo>& matrix_steps() {
       {7, "ep", "expert parallelism (2 ranks)"},
       {8, "speculative", "speculative decoding (draft + verify + rollback)"},
       {9, "high_concurrency", "high concurrency (every prompt at once, 3x)"},
+      {10, "pp", "pipeline parallelism (2 stages)"},
   };
   return s;
 }
@@ -51,8 +52,8 @@ std::string log_path(const MatrixContext& c, int step, const std::string& what) 
   return (std::filesystem::path(c.out_dir) / "logs" / fmt::format("step{}-{}.log", step, what)).string();
 }
 
-json parallel(int ep, int dcp, const char* pd) {
-  return {{"tp", 1}, {"dp", 1}, {"ep", ep}, {"dcp", dcp}, {"pp", 1}, {"pd", pd}};
+json parallel(int ep, int dcp, const char* pd, int pp = 1) {
+  return {{"tp", 1}, {"dp", 1}, {"ep", ep}, {"dcp", dcp}, {"pp", pp}, {"pd", pd}};
 }
 
 const std::vector<std::string> kMpirun = {"mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"};
@@ -69,7 +70,7 @@ void Deployment::stop() {
 
 std::string step_skip_reason(const MatrixContext& c, int step, std::string* status) {
   const bool deepseek = c.architecture == "deepseek";
-  if ((step == 5 || step == 7) && !have_mpirun()) {
+  if ((step == 5 || step == 7 || step == 10) && !have_mpirun()) {
     *status = "unavailable";
     return "mpirun is not installed (scripts/setup.sh installs openmpi-bin)";
   }
@@ -77,6 +78,11 @@ std::string step_skip_reason(const MatrixContext& c, int step, std::string* stat
     *status = "not_built";
     return "decode context parallelism is built for the DeepSeek V4 / V4.1 compressed caches "
            "only, not for a plain-KV model";
+  }
+  if (step == 10 && !deepseek) {
+    *status = "not_built";
+    return "pipeline parallelism is built for the DeepSeek V4 / V4.1 forwards only, not for a "
+           "Llama model";
   }
   if (step == 7 && !c.has_experts) {
     *status = "not_applicable";
@@ -176,6 +182,15 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
       STRATA_RETURN_IF_ERROR(serve({"--max-num-seqs", "16"}, "serve"));
       d.concurrent = true;
       d.repeat = 3;
+      break;
+    case 10:
+      STRATA_RETURN_IF_ERROR(serve({"--pipeline-parallel-size", "2"}, "serve", kMpirun, false));
+      d.parallel = parallel(1, 1, "colocated", 2);
+      d.ranks = 2;
+      d.processes = 3;  // mpirun and two ranks
+      d.state_digests = false;
+      d.notes.push_back("state rows not compared: under PP each stage holds the rows of its own "
+                        "layers (token ids and logprobs are compared)");
       break;
     default:
       return Status(StatusCode::kInvalidArgument, fmt::format("no step {}", step));

@@ -25,7 +25,7 @@ struct StepInfo {
   const char* name;   // schema id: baseline, chunked_prefill, ...
   const char* title;  // words for the report
 };
-// Steps 1..9 in ladder order.
+// Steps 1..10 in ladder order.
 const std::vector<StepInfo>& matrix_steps();
 
 // What the whole run knows about the model and the machine.

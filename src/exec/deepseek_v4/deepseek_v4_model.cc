@@ -253,27 +253,34 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
   // V4's boundary is the streams (and the routes in validation): its top-k lists do not
   // cross layers.
   const PipeStage stage = pipe_stage(pipe_comm_.get(), cf.n_layers);
-  auto carry = [&](std::vector<float>& h, int next_layer) {
+  auto carry = [&](const Call& cc, std::vector<float> h, int next_layer) {
     StageCarry k;
-    k.s0 = c.s0;
-    k.S = S;
+    k.s0 = cc.s0;
+    k.S = cc.S;
     k.next_layer = next_layer;
     k.h = std::move(h);
-    if (c.routes) {
+    if (cc.routes) {
       k.has_routes = true;
-      k.routes = *c.routes;
+      k.routes = *cc.routes;
     }
-    return k;
+    ByteMsg m;
+    k.encode(&m);
+    return m.b;
   };
-  auto take = [&](StageCarry k, std::vector<float>* h, int next_layer) {
-    STRATA_CHECK_MSG(k.s0 == c.s0 && k.S == S && k.next_layer == next_layer &&
-                         static_cast<int64_t>(k.h.size()) == S * hc * D &&
-                         k.has_routes == (c.routes != nullptr),
+  auto take = [&](StageCarry k, const Call& cc, std::vector<float>* h, int next_layer) {
+    STRATA_CHECK_MSG(k.s0 == cc.s0 && k.S == cc.S && k.next_layer == next_layer &&
+                         static_cast<int64_t>(k.h.size()) == cc.S * hc * D &&
+                         k.has_routes == (cc.routes != nullptr),
                      "pipeline stage boundary does not match this call (positions {}+{} vs "
-                     "{}+{}, layer {} vs {}): the stages diverged", k.s0, k.S, c.s0, S,
+                     "{}+{}, layer {} vs {}): the stages diverged", k.s0, k.S, cc.s0, cc.S,
                      k.next_layer, next_layer);
     *h = std::move(k.h);
-    if (c.routes) *c.routes = std::move(k.routes);
+    if (cc.routes) *cc.routes = std::move(k.routes);
+  };
+  auto decode = [](std::vector<uint8_t> bytes) {
+    ByteMsg m;
+    m.b = std::move(bytes);
+    return StageCarry::decode(&m);
   };
   std::vector<float> h(S * hc * D);
   const uint16_t* emb = weights_->embed().u16();
@@ -286,28 +293,85 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
     dump("embed", e0.data(), {S, D});
   }
 
-  std::vector<float> pre(S * hc), post(S * hc), comb(S * hc * hc);
-  std::vector<float> x(S * D), xn(S * D), f(S * D);
-  if (!stage.first) take(pipe_receive(*pipe_comm_), &h, stage.begin);
-  for (int L = stage.begin; L < stage.end; ++L) {
-    const V4BlockWeights& bw = weights_->layer(L);
-    const std::string ln = fmt::format("layer{:02d}.", L);
-    v4::hc_mixes(h.data(), S, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
-                 c.vrows, pre.data(), post.data(), comb.data(), pool_.get());
-    v4::hc_pre(h.data(), pre.data(), S, hc, D, x.data(), pool_.get());
-    v41::rms_norm(x.data(), S, D, &bw.attn_norm, cf.norm_eps, xn.data());
-    attention(L, xn.data(), c, f.data());
-    dump(ln + "attn_out", f.data(), {S, D});
-    v4::hc_post(f.data(), post.data(), comb.data(), S, hc, D, h.data(), pool_.get());
+  // Layers [stage.begin, stage.end) over the rows of `cc` (the call, or a microbatch of it).
+  auto run_layers = [&](Call& cc, std::vector<float>& hh) {
+    const int64_t n = cc.S;
+    std::vector<float> pre(n * hc), post(n * hc), comb(n * hc * hc);
+    std::vector<float> x(n * D), xn(n * D), f(n * D);
+    for (int L = stage.begin; L < stage.end; ++L) {
+      const V4BlockWeights& bw = weights_->layer(L);
+      const std::string ln = fmt::format("layer{:02d}.", L);
+      v4::hc_mixes(hh.data(), n, hc, D, bw.hc_attn, cf.hc_sinkhorn_iters, cf.norm_eps, cf.hc_eps,
+                   cc.vrows, pre.data(), post.data(), comb.data(), pool_.get());
+      v4::hc_pre(hh.data(), pre.data(), n, hc, D, x.data(), pool_.get());
+      v41::rms_norm(x.data(), n, D, &bw.attn_norm, cf.norm_eps, xn.data());
+      attention(L, xn.data(), cc, f.data());
+      dump(ln + "attn_out", f.data(), {n, D});
+      v4::hc_post(f.data(), post.data(), comb.data(), n, hc, D, hh.data(), pool_.get());
 
-    ffn_sublayer(L, c, h.data(), f.data());
-    dump(ln + "ffn_out", f.data(), {S, D});
-    dump(ln + "block_out", h.data(), {S, hc, D});
-  }
-  if (stage.split()) {
+      ffn_sublayer(L, cc, hh.data(), f.data());
+      dump(ln + "ffn_out", f.data(), {n, D});
+      dump(ln + "block_out", hh.data(), {n, hc, D});
+    }
+  };
+  const int64_t microbatches = stage.split() && c.canonical ? pp_microbatches(S, pipe_comm_->size()) : 1;
+  if (!stage.split()) {
+    run_layers(c, h);
+  } else if (microbatches > 1) {
+    // The call as microbatches of rows through the stages (each stage runs microbatch k + 1
+    // while the next runs k: pp_microbatches); then the last stage's results, in order, to
+    // every rank.
+    struct Micro {
+      Call c;
+      V41Routes routes;
+      std::vector<float> h;
+      int64_t a = 0;
+    };
+    std::vector<Micro> mb(static_cast<size_t>(microbatches));
+    const int64_t row = hc * D;
+    for (int64_t k = 0; k < microbatches; ++k) {
+      Micro& u = mb[k];
+      const int64_t a = k * S / microbatches, b = (k + 1) * S / microbatches;
+      u.a = a;
+      Call& x = u.c;
+      x.seq = c.seq;
+      x.s0 = c.s0 + a;
+      x.S = b - a;
+      x.canonical = true;
+      x.vrows = c.vrows;
+      x.tokens = tokens.subspan(a, b - a);
+      if (c.routes) {
+        u.routes.moe.assign(cf.n_layers, {});
+        u.routes.index.assign(index_layers_.size(), std::vector<std::vector<int32_t>>(x.S));
+        x.routes = &u.routes;
+      }
+      u.h.assign(h.begin() + a * row, h.begin() + b * row);
+      if (!stage.first) take(pipe_receive(*pipe_comm_), x, &u.h, stage.begin);
+      run_layers(x, u.h);
+      if (!stage.last) pipe_comm_->send_next(carry(x, u.h, stage.end));
+    }
+    for (Micro& u : mb) {
+      std::vector<uint8_t> bytes = stage.last ? carry(u.c, u.h, cf.n_layers) : std::vector<uint8_t>{};
+      pipe_comm_->bcast_from_last(&bytes);
+      if (!stage.last) take(decode(std::move(bytes)), u.c, &u.h, cf.n_layers);
+      std::copy(u.h.begin(), u.h.end(), h.begin() + u.a * row);
+      if (c.routes) {
+        for (size_t l = 0; l < u.routes.moe.size(); ++l)
+          c.routes->moe[l].insert(c.routes->moe[l].end(), u.routes.moe[l].begin(), u.routes.moe[l].end());
+        for (size_t j = 0; j < u.routes.index.size(); ++j)
+          std::copy(u.routes.index[j].begin(), u.routes.index[j].end(), c.routes->index[j].begin() + u.a);
+      }
+    }
+  } else {
+    if (!stage.first) take(pipe_receive(*pipe_comm_), c, &h, stage.begin);
+    run_layers(c, h);
     // The last stage's boundary reaches every rank, which runs the epilogue on it.
-    take(pipe_pass(*pipe_comm_, stage, carry(h, stage.end)), &h, cf.n_layers);
+    if (!stage.last) pipe_comm_->send_next(carry(c, h, stage.end));
+    std::vector<uint8_t> bytes = stage.last ? carry(c, h, cf.n_layers) : std::vector<uint8_t>{};
+    pipe_comm_->bcast_from_last(&bytes);
+    if (!stage.last) take(decode(std::move(bytes)), c, &h, cf.n_layers);
   }
+  std::vector<float> x(S * D), xn(S * D);
   write_mtp_rows(c, h.data());
   v4::hc_head(h.data(), S, hc, D, weights_->hc_head_fn().f32(), weights_->hc_head_base().f32(),
               weights_->hc_head_scale().f32(), cf.norm_eps, cf.hc_eps, c.vrows, x.data(),

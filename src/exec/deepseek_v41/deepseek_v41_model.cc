@@ -272,70 +272,93 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
   }
 }
 
-Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t> tokens,
-                                 const V41ForwardOptions& opt, std::vector<float>* logits) const {
+void DeepseekV41Model::pipeline_microbatches(Ctx& c, const PipeStage& st, int64_t M,
+                                             std::vector<float>* pre_prev,
+                                             std::vector<float>* main_hidden, int* tap_slot,
+                                             const V41ForwardOptions& opt) const {
   const DeepseekConfig& cf = config_;
-  Ctx c;
-  STRATA_RETURN_IF_ERROR(c.begin(seq, tokens, cf.vocab_size, max_context_, opt.call_shape,
-                                 opt.routes, cf.n_layers, cf.index_source_layers.size()));
-  const int64_t S = c.S;
-  c.width_end = c.s0 + S;
-  if (!c.canonical) {
-    c.decode_step = opt.decode_step && S == 1;
-    if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
-    c.vrows = c.decode_step ? v41::CallRows::reference(0, 1)
-                            : v41::CallRows::reference(c.s0, c.width_end);
+  const int64_t S = c.S, hc = cf.hc_mult, D = cf.dim;
+  const int64_t row_h = hc * D, row_pre = hc;
+  const int64_t row_taps = S > 0 ? static_cast<int64_t>(main_hidden->size()) / S : 0;
+  const int64_t row_hash = S > 0 ? static_cast<int64_t>(c.hashes.size()) / S : 0;
+  auto slice = [](const std::vector<float>& v, int64_t a, int64_t b, int64_t w) {
+    return std::vector<float>(v.begin() + a * w, v.begin() + b * w);
+  };
+  struct Micro {
+    Ctx c;
+    V41Routes routes;
+    std::vector<float> pre, taps;
+    int tap_slot = 0;
+    int64_t a = 0;
+  };
+  std::vector<Micro> mb(static_cast<size_t>(M));
+  for (int64_t k = 0; k < M; ++k) {
+    Micro& u = mb[k];
+    const int64_t a = k * S / M, b = (k + 1) * S / M;
+    u.a = a;
+    Ctx& x = u.c;
+    x.seq = c.seq;
+    x.s0 = c.s0 + a;
+    x.S = b - a;
+    x.canonical = true;
+    x.vrows = c.vrows;
+    x.width_end = x.s0 + x.S;
+    x.hashes.assign(c.hashes.begin() + a * row_hash, c.hashes.begin() + b * row_hash);
+    x.h = slice(c.h, a, b, row_h);
+    x.topk.resize(cf.n_layers);
+    x.candidates.resize(cf.n_layers);
+    x.emitted.resize(cf.n_layers);
+    if (c.routes) {
+      u.routes.moe.assign(cf.n_layers, {});
+      u.routes.index.assign(cf.index_source_layers.size(), std::vector<std::vector<int32_t>>(x.S));
+      x.routes = &u.routes;
+    }
+    u.pre = slice(*pre_prev, a, b, row_pre);
+    u.taps = slice(*main_hidden, a, b, row_taps);
+    // Through this stage's layers, one microbatch after the other; each goes on to the next
+    // stage as soon as it is done.
+    if (!st.first) take_carry(pipe_receive(*pipe_comm_), st.begin, x, &u.pre, &u.taps, &u.tap_slot);
+    run_layers(x, st.begin, st.end, &u.pre, &u.taps, &u.tap_slot, opt);
+    if (!st.last) {
+      ByteMsg m;
+      make_carry(x, st.end, u.pre, u.taps, u.tap_slot).encode(&m);
+      pipe_comm_->send_next(m.b);
+    }
   }
-  c.topk.resize(cf.n_layers);
-  c.candidates.resize(cf.n_layers);
-  if (pipe_comm_) c.emitted.resize(cf.n_layers);
-  const int64_t D = cf.dim;
+  // The last stage's results, in microbatch order, to every rank; then the call's rows.
+  for (Micro& u : mb) {
+    ByteMsg m;
+    if (st.last) make_carry(u.c, cf.n_layers, u.pre, u.taps, u.tap_slot).encode(&m);
+    pipe_comm_->bcast_from_last(&m.b);
+    if (!st.last) take_carry(StageCarry::decode(&m), cf.n_layers, u.c, &u.pre, &u.taps, &u.tap_slot);
+    std::copy(u.c.h.begin(), u.c.h.end(), c.h.begin() + u.a * row_h);
+    std::copy(u.pre.begin(), u.pre.end(), pre_prev->begin() + u.a * row_pre);
+    std::copy(u.taps.begin(), u.taps.end(), main_hidden->begin() + u.a * row_taps);
+    *tap_slot = u.tap_slot;
+    if (c.routes) {
+      for (size_t l = 0; l < u.routes.moe.size(); ++l)
+        c.routes->moe[l].insert(c.routes->moe[l].end(), u.routes.moe[l].begin(), u.routes.moe[l].end());
+      for (size_t j = 0; j < u.routes.index.size(); ++j)
+        std::copy(u.routes.index[j].begin(), u.routes.index[j].end(), c.routes->index[j].begin() + u.a);
+    }
+  }
+}
+
+// The body of forward's layer loop: layers [L0, L1) over the call's rows (c.h, the lagged pre
+// mix, DSpark's taps).
+void DeepseekV41Model::run_layers(Ctx& c, int L0, int L1, std::vector<float>* pre_prev_io,
+                                  std::vector<float>* main_hidden_io, int* tap_slot_io,
+                                  const V41ForwardOptions& opt) const {
+  const DeepseekConfig& cf = config_;
+  const int64_t S = c.S, D = cf.dim;
   const int hc = cf.hc_mult;
   auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
     if (opt.dump) opt.dump(name, data, shape);
   };
-
-  // Pipeline parallelism: this rank runs layers [stage.begin, stage.end) (all without it).
-  const PipeStage stage = pipe_stage(pipe_comm_.get(), cf.n_layers);
-  std::vector<int64_t> raw(tokens.begin(), tokens.end());
-  if (engram_hasher_) {
-    c.hashes.resize(S * engram_hasher_->n_layers() * engram_hasher_->n_cols());
-    engram_hasher_->hash(seq->engram_history(), raw, c.s0, c.hashes.data());
-    if (engram_tables_->placement() == EngramPlacement::kDisk) {
-      // Rows of every Engram layer are known now: read them ahead while layers run.
-      const int nl = engram_hasher_->n_layers(), ncols = engram_hasher_->n_cols();
-      std::vector<std::pair<int, std::vector<int64_t>>> ahead;
-      for (int j = 0; j < nl; ++j) {
-        if (cf.engram_layer_ids[j] < stage.begin || cf.engram_layer_ids[j] >= stage.end) continue;
-        std::vector<int64_t> rows;
-        for (int64_t i = 0; i < S; ++i)
-          for (int col = 0; col < ncols; ++col) rows.push_back(c.hashes[(i * nl + j) * ncols + col]);
-        ahead.emplace_back(cf.engram_layer_ids[j], std::move(rows));
-      }
-      engram_tables_->prefetch(std::move(ahead));
-    }
-  }
-
-  // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.
-  c.h.resize(S * hc * D);
-  if (stage.first) {  // later stages receive the streams
-    const uint16_t* emb = weights_->embed().u16();
-    for (int64_t i = 0; i < S; ++i)
-      for (int ch = 0; ch < hc; ++ch)
-        for (int64_t d = 0; d < D; ++d) c.h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
-    if (opt.dump) {
-      std::vector<float> e0(S * D);
-      for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
-      dump("embed", e0.data(), {S, D});
-    }
-  }
-  std::vector<float> pre_prev(S * hc, 0.0f);
-  for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
-
-  // DSpark main_hidden rows [S, n_targets * D] (the tapped block inputs), when drafting.
+  std::vector<float>& pre_prev = *pre_prev_io;
+  std::vector<float>& main_hidden = *main_hidden_io;
+  int& tap_slot = *tap_slot_io;
   const int64_t n_taps = has_dspark() ? static_cast<int64_t>(cf.dspark_target_layer_ids.size()) : 0;
-  std::vector<float> main_hidden(S * n_taps * D);
-  int tap_slot = 0;
   std::vector<float> preA(S * hc), postA(S * hc), combA(S * hc * hc);
   std::vector<float> preF(S * hc), postF(S * hc), combF(S * hc * hc);
   std::vector<float> x(S * D), xn(S * D), f(S * D);
@@ -350,11 +373,7 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
       if (pool != nullptr) pool->wait_async();
     }
   } wait_on_exit{async_mixes ? pool_.get() : nullptr};
-  if (!stage.first) {
-    profile::PhaseScope phase("pipeline: receive the stage boundary");
-    take_carry(pipe_receive(*pipe_comm_), stage.begin, c, &pre_prev, &main_hidden, &tap_slot);
-  }
-  for (int L = stage.begin; L < stage.end; ++L) {
+  for (int L = L0; L < L1; ++L) {
     const LayerSchedule& ls = cf.layers[L];
     const V41BlockWeights& bw = weights_->layer(L);
     const std::string ln = fmt::format("layer{:02d}.", L);
@@ -430,13 +449,91 @@ Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t>
     dump(ln + "block_out.pre_mix", preF.data(), {S, hc});
     pre_prev = preF;
   }
-  if (stage.split()) {
+}
+
+Status DeepseekV41Model::forward(V41SequenceState* seq, std::span<const int32_t> tokens,
+                                 const V41ForwardOptions& opt, std::vector<float>* logits) const {
+  const DeepseekConfig& cf = config_;
+  Ctx c;
+  STRATA_RETURN_IF_ERROR(c.begin(seq, tokens, cf.vocab_size, max_context_, opt.call_shape,
+                                 opt.routes, cf.n_layers, cf.index_source_layers.size()));
+  const int64_t S = c.S;
+  c.width_end = c.s0 + S;
+  if (!c.canonical) {
+    c.decode_step = opt.decode_step && S == 1;
+    if (!c.decode_step && opt.prompt_len >= c.s0 + S) c.width_end = opt.prompt_len;
+    c.vrows = c.decode_step ? v41::CallRows::reference(0, 1)
+                            : v41::CallRows::reference(c.s0, c.width_end);
+  }
+  c.topk.resize(cf.n_layers);
+  c.candidates.resize(cf.n_layers);
+  if (pipe_comm_) c.emitted.resize(cf.n_layers);
+  const int64_t D = cf.dim;
+  const int hc = cf.hc_mult;
+  auto dump = [&](const std::string& name, const float* data, std::vector<int64_t> shape) {
+    if (opt.dump) opt.dump(name, data, shape);
+  };
+
+  // Pipeline parallelism: this rank runs layers [stage.begin, stage.end) (all without it).
+  const PipeStage stage = pipe_stage(pipe_comm_.get(), cf.n_layers);
+  std::vector<int64_t> raw(tokens.begin(), tokens.end());
+  if (engram_hasher_) {
+    c.hashes.resize(S * engram_hasher_->n_layers() * engram_hasher_->n_cols());
+    engram_hasher_->hash(seq->engram_history(), raw, c.s0, c.hashes.data());
+    if (engram_tables_->placement() == EngramPlacement::kDisk) {
+      // Rows of every Engram layer are known now: read them ahead while layers run.
+      const int nl = engram_hasher_->n_layers(), ncols = engram_hasher_->n_cols();
+      std::vector<std::pair<int, std::vector<int64_t>>> ahead;
+      for (int j = 0; j < nl; ++j) {
+        if (cf.engram_layer_ids[j] < stage.begin || cf.engram_layer_ids[j] >= stage.end) continue;
+        std::vector<int64_t> rows;
+        for (int64_t i = 0; i < S; ++i)
+          for (int col = 0; col < ncols; ++col) rows.push_back(c.hashes[(i * nl + j) * ncols + col]);
+        ahead.emplace_back(cf.engram_layer_ids[j], std::move(rows));
+      }
+      engram_tables_->prefetch(std::move(ahead));
+    }
+  }
+
+  // Embedding, replicated to hc streams; layer 0's pre is one-hot on stream 0.
+  c.h.resize(S * hc * D);
+  if (stage.first) {  // later stages receive the streams
+    const uint16_t* emb = weights_->embed().u16();
+    for (int64_t i = 0; i < S; ++i)
+      for (int ch = 0; ch < hc; ++ch)
+        for (int64_t d = 0; d < D; ++d) c.h[(i * hc + ch) * D + d] = bf16_to_f32(emb[tokens[i] * D + d]);
+    if (opt.dump) {
+      std::vector<float> e0(S * D);
+      for (int64_t i = 0; i < S; ++i) std::copy_n(&c.h[i * hc * D], D, &e0[i * D]);
+      dump("embed", e0.data(), {S, D});
+    }
+  }
+  std::vector<float> pre_prev(S * hc, 0.0f);
+  for (int64_t i = 0; i < S; ++i) pre_prev[i * hc] = 1.0f;
+
+  // DSpark main_hidden rows [S, n_targets * D] (the tapped block inputs), when drafting.
+  const int64_t n_taps = has_dspark() ? static_cast<int64_t>(cf.dspark_target_layer_ids.size()) : 0;
+  std::vector<float> main_hidden(S * n_taps * D);
+  int tap_slot = 0;
+  const int64_t microbatches = stage.split() && c.canonical ? pp_microbatches(S, pipe_comm_->size()) : 1;
+  if (!stage.split()) {
+    run_layers(c, 0, cf.n_layers, &pre_prev, &main_hidden, &tap_slot, opt);
+  } else if (microbatches > 1) {
+    profile::PhaseScope phase("pipeline: microbatches through the stages");
+    pipeline_microbatches(c, stage, microbatches, &pre_prev, &main_hidden, &tap_slot, opt);
+  } else {
+    if (!stage.first) {
+      profile::PhaseScope phase("pipeline: receive the stage boundary");
+      take_carry(pipe_receive(*pipe_comm_), stage.begin, c, &pre_prev, &main_hidden, &tap_slot);
+    }
+    run_layers(c, stage.begin, stage.end, &pre_prev, &main_hidden, &tap_slot, opt);
     // The last stage's boundary reaches every rank, which runs the epilogue on it.
     profile::PhaseScope phase("pipeline: pass the stage boundary");
     StageCarry out = make_carry(c, stage.end, pre_prev, main_hidden, tap_slot);
     take_carry(pipe_pass(*pipe_comm_, stage, out), cf.n_layers, c, &pre_prev, &main_hidden,
                &tap_slot);
   }
+  std::vector<float> x(S * D), xn(S * D);
   if (n_taps > 0) {
     STRATA_CHECK(tap_slot == n_taps);
     profile::PhaseScope phase("dspark: stage rings");

@@ -208,6 +208,17 @@ class DeepseekV41Model {
                         const std::vector<float>& taps, int tap_slot) const;
   void take_carry(StageCarry k, int next_layer, Ctx& c, std::vector<float>* pre,
                   std::vector<float>* taps, int* tap_slot) const;
+  // Layers [L0, L1) over the call's rows: the body of forward's layer loop.
+  void run_layers(Ctx& c, int L0, int L1, std::vector<float>* pre_prev,
+                  std::vector<float>* main_hidden, int* tap_slot,
+                  const V41ForwardOptions& opt) const;
+  // A split call in the canonical form as `m` microbatches of rows through the stages (each
+  // stage runs microbatch k + 1 while the next runs k), then the last stage's results to
+  // every rank; c.h, *pre_prev, *main_hidden, *tap_slot and the routes end as if the call had
+  // run whole.
+  void pipeline_microbatches(Ctx& c, const PipeStage& st, int64_t m, std::vector<float>* pre_prev,
+                             std::vector<float>* main_hidden, int* tap_slot,
+                             const V41ForwardOptions& opt) const;
   void attention(int layer, const float* x, Ctx& c, float* out) const;
   void compress(int layer, const float* x, Ctx& c, std::vector<float>* latent,
                 std::vector<int64_t>* latent_rows) const;
