@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <chrono>
 #include <ctime>
 
@@ -30,9 +31,13 @@ namespace {
 
 std::atomic<int64_t> g_next_response_id{1};
 
+// "cmpl-" / "chatcmpl-" + this process's random tag + a counter: unique across the servers
+// of one deployment too (the start time alone repeated between servers started in the same
+// second).
 std::string new_response_id(ApiEndpoint ep) {
-  return fmt::format("{}-{:x}{:08x}", ep == ApiEndpoint::kChat ? "chatcmpl" : "cmpl",
-                     static_cast<uint64_t>(std::time(nullptr)), g_next_response_id.fetch_add(1));
+  static const uint32_t process_tag = std::random_device{}();
+  return fmt::format("{}-{:08x}{:08x}", ep == ApiEndpoint::kChat ? "chatcmpl" : "cmpl",
+                     process_tag, g_next_response_id.fetch_add(1));
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {

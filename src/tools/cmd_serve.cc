@@ -181,6 +181,9 @@ int run_serve(ServeCli& o) {
     if (o.ranks.dcp > 1)
       layout += fmt::format("{}compressed KV / index keys sharded (DCP {}, interleave {})",
                             layout.empty() ? "" : ", ", o.ranks.dcp, o.ranks.dcp_interleave);
+    if (o.ranks.pp > 1)
+      layout += fmt::format("{}decoder layers split over {} stages (PP {})",
+                            layout.empty() ? "" : ", ", o.ranks.pp, o.ranks.pp);
     fmt::print("strata serve: {} ranks: {}; watchdog --dist-timeout-s {}\n", mpi_size(), layout,
                o.ranks.dist_timeout_s);
     if (o.ranks.expert_parallel && info.architecture == "llama")
