@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "model/safetensors.h"
 #include "tools/command_registry.h"
 
 namespace strata::tools {
@@ -62,12 +63,15 @@ double counter(const std::vector<MetricSample>& m, const std::string& base,
 }
 
 // The support matrix's words for a checkpoint's quantization (as the multi-rank tests write).
-std::string quantization_label(const json& q) {
+// fp4_experts: the checkpoint stores the routed experts as packed FP4 (V4-Flash's config does
+// not say so; V4.1's says expert_dtype "fp4").
+std::string quantization_label(const json& q, bool fp4_experts) {
   if (!q.is_object()) return "none (checkpoint dtype)";
   const std::string m = q.value("quant_method", "");
   if (m == "fp8")
-    return q.value("expert_dtype", "") == "fp4" ? "checkpoint formats (FP8 weights, FP4 experts)"
-                                                : "checkpoint formats (FP8 weights)";
+    return fp4_experts || q.value("expert_dtype", "") == "fp4"
+               ? "checkpoint formats (FP8 weights, FP4 experts)"
+               : "checkpoint formats (FP8 weights)";
   return m.empty() ? "checkpoint formats" : m;
 }
 
@@ -111,6 +115,15 @@ StatusOr<ModelFacts> model_facts(const MatrixContext& c) {
     return invalid_argument("{}: config.json lacks vocab_size / max_position_embeddings", c.model_dir);
   f.has_experts = f.family == "deepseek" || num("n_routed_experts", 0) > 0 || num("num_local_experts", 0) > 0;
   f.quantization = cfg.contains("quantization_config") ? cfg["quantization_config"] : json("none");
+  // The header only (the file is mapped, not read): the first routed expert weight's dtype.
+  if (auto ck = SafetensorsCheckpoint::open(c.model_dir); ck.ok()) {
+    for (const std::string& n : (*ck)->names()) {
+      if (n.find(".experts.") == std::string::npos || !n.ends_with(".weight")) continue;
+      auto t = (*ck)->get(n);
+      f.fp4_experts = t.ok() && t->dtype == DType::kI8;  // two E2M1 codes per byte
+      break;
+    }
+  }
   json formats = json::object();
   std::set<int> ratios;
   for (const json& k : j.at("kinds")) {
@@ -410,7 +423,7 @@ void fill_record(json* rec, const MatrixContext& c, const ModelFacts& f, const S
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   r["support_matrix"] = {{"model", fs::path(c.model_dir).filename().string()},
-                         {"quantization", quantization_label(f.quantization)},
+                         {"quantization", quantization_label(f.quantization, f.fp4_experts)},
                          {"ranks", std::max(1, d.ranks)},
                          {"dcp", p.value("dcp", 1)},
                          {"ep", p.value("ep", 1)},

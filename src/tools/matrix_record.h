@@ -28,6 +28,7 @@ struct ModelFacts {
   int64_t max_context = 0;
   int64_t alignment = 0;     // prefix-cache unit in tokens
   nlohmann::json quantization;  // config.json's quantization_config, or "none"
+  bool fp4_experts = false;     // routed experts stored as packed FP4 (read off the checkpoint)
   nlohmann::json cache;         // {"block_size_tokens", "compression_ratios", "formats"}
   nlohmann::json parameters;    // inspect's parameter summary (null without weights)
 };
