@@ -1,6 +1,8 @@
 // Pipeline stage boundary; see stage_carry.h.
 #include "exec/stage_carry.h"
 
+#include <algorithm>
+
 namespace strata {
 namespace {
 
@@ -100,6 +102,16 @@ StageCarry StageCarry::decode(ByteMsg* m) {
   }
   STRATA_CHECK_MSG(m->done(), "pipeline stage boundary: {} trailing bytes", m->b.size() - m->at);
   return c;
+}
+
+void merge_routes(const V41Routes& part, int64_t row0, V41Routes* call) {
+  STRATA_CHECK(part.moe.size() == call->moe.size() && part.index.size() == call->index.size());
+  for (size_t l = 0; l < part.moe.size(); ++l)
+    call->moe[l].insert(call->moe[l].end(), part.moe[l].begin(), part.moe[l].end());
+  for (size_t j = 0; j < part.index.size(); ++j) {
+    STRATA_CHECK(row0 + part.index[j].size() <= call->index[j].size());
+    std::copy(part.index[j].begin(), part.index[j].end(), call->index[j].begin() + row0);
+  }
 }
 
 StageCarry pipe_receive(PipeComm& comm) {

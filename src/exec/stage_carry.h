@@ -55,6 +55,9 @@ struct StageCarry {
 //   pass(): stages before the last send theirs on; then the last stage's carry reaches every
 //   rank (returned), which runs the epilogue on it.
 StageCarry pipe_receive(PipeComm& comm);
+// A microbatch's recorded routes (rows [row0, row0 + its rows) of the call) into the call's:
+// MoE rows appended per layer (microbatches merge in order), index rows placed at row0.
+void merge_routes(const V41Routes& part, int64_t row0, V41Routes* call);
 StageCarry pipe_pass(PipeComm& comm, const PipeStage& st, const StageCarry& mine);
 
 }  // namespace strata

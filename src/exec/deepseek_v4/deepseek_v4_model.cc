@@ -355,12 +355,7 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
       pipe_comm_->bcast_from_last(&bytes);
       if (!stage.last) take(decode(std::move(bytes)), u.c, &u.h, cf.n_layers);
       std::copy(u.h.begin(), u.h.end(), h.begin() + u.a * row);
-      if (c.routes) {
-        for (size_t l = 0; l < u.routes.moe.size(); ++l)
-          c.routes->moe[l].insert(c.routes->moe[l].end(), u.routes.moe[l].begin(), u.routes.moe[l].end());
-        for (size_t j = 0; j < u.routes.index.size(); ++j)
-          std::copy(u.routes.index[j].begin(), u.routes.index[j].end(), c.routes->index[j].begin() + u.a);
-      }
+      if (c.routes) merge_routes(u.routes, u.a, c.routes);
     }
   } else {
     if (!stage.first) take(pipe_receive(*pipe_comm_), c, &h, stage.begin);

@@ -335,12 +335,7 @@ void DeepseekV41Model::pipeline_microbatches(Ctx& c, const PipeStage& st, int64_
     std::copy(u.pre.begin(), u.pre.end(), pre_prev->begin() + u.a * row_pre);
     std::copy(u.taps.begin(), u.taps.end(), main_hidden->begin() + u.a * row_taps);
     *tap_slot = u.tap_slot;
-    if (c.routes) {
-      for (size_t l = 0; l < u.routes.moe.size(); ++l)
-        c.routes->moe[l].insert(c.routes->moe[l].end(), u.routes.moe[l].begin(), u.routes.moe[l].end());
-      for (size_t j = 0; j < u.routes.index.size(); ++j)
-        std::copy(u.routes.index[j].begin(), u.routes.index[j].end(), c.routes->index[j].begin() + u.a);
-    }
+    if (c.routes) merge_routes(u.routes, u.a, c.routes);
   }
 }
 
