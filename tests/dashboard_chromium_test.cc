@@ -262,6 +262,13 @@ TEST(DashboardChromium, ServePageShowsLiveState) {
   auto running = select(idle, {{"data-metric", "num_requests_running"}});
   ASSERT_EQ(running.size(), 1u);
   EXPECT_EQ(running[0]->text, "0");
+  // Finished requests: the sum over finish reasons of /metrics' request_success_total.
+  auto finished = select(idle, {{"data-metric", "request_success_total"}});
+  ASSERT_EQ(finished.size(), 1u);
+  double finished_want = 0;
+  for (const auto& [labels, value] : samples(after, "request_success_total")) finished_want += value;
+  EXPECT_GT(finished_want, 0);
+  EXPECT_EQ(number(finished[0]->text), static_cast<int64_t>(finished_want));
 
   for (const char* name : {"spec_decode_num_drafts", "spec_decode_num_draft_tokens",
                            "spec_decode_num_accepted_tokens"}) {

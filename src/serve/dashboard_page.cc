@@ -129,6 +129,11 @@ class Metrics {
     const x = this.all(short).find((s) => Object.entries(labels || {}).every(([k, v]) => s.labels[k] === v));
     return x ? x.value : undefined;
   }
+  // Every series of a counter summed (e.g. over finish reasons); undefined without any.
+  sum(short) {
+    const xs = this.all(short);
+    return xs.length ? xs.reduce((a, s) => a + s.value, 0) : undefined;
+  }
 }
 
 // (a) The state graph: SVG lanes (one per owner: its layer -> the layers that read it),
@@ -245,6 +250,7 @@ function renderRequests(r, m) {
     h('p', {class: 'stats'},
       h('span', {}, 'running ', h('b', {'data-metric': 'num_requests_running'}, int(running !== undefined ? running : r && r.running))),
       h('span', {}, 'waiting ', h('b', {'data-metric': 'num_requests_waiting'}, int(waiting !== undefined ? waiting : r && r.waiting))),
+      h('span', {}, 'finished ', h('b', {'data-metric': 'request_success_total'}, int(m.sum('request_success_total') || 0))),
       ['prefill', 'decode', 'verify', 'waiting'].map((p) =>
         h('span', {}, h('span', {class: 'phase phase-' + p}, p), ' ', h('b', {'data-phase-count': p}, counts[p] || 0)))),
     table(['id', 'phase', 'computed', 'prompt', 'prefill', 'last step', 'generated', 'cached', 'imported', 'age s'], rows));
