@@ -33,7 +33,8 @@ void DeepseekCacheRunner<Model, State, Options>::init(const std::string& dir, st
   info_.bos_id = static_cast<int32_t>(c.bos_token_id);
   info_.eos_id = static_cast<int32_t>(c.eos_token_id);
   cache_opts_ = cache;
-  cm_ = std::make_unique<V41SharedCache>(model_->state_graph(), cache, model_->state_max_tokens());
+  cache_opts_.stage = model_->stage_layers();
+  cm_ = std::make_unique<V41SharedCache>(model_->state_graph(), cache_opts_, model_->state_max_tokens());
 }
 
 template <class Model, class State, class Options>

@@ -71,8 +71,9 @@ class SequenceCallState {
   // it) with capacity `max_tokens` positions; T(c, cm, seq, 0) must be accessible.
   template <class T>
   static StatusOr<std::unique_ptr<T>> create_owned(const DeepseekConfig& c, const StateGraph& graph,
-                                                   int64_t max_tokens, RowShard dcp = {}) {
-    STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens, dcp));
+                                                   int64_t max_tokens, RowShard dcp = {},
+                                                   StageLayers stage = {}) {
+    STRATA_ASSIGN_OR_RETURN(auto sc, SequenceCache::create(graph, max_tokens, dcp, stage));
     std::unique_ptr<T> s(new T(c, &sc->cache(), sc->seq(), 0));
     s->owned_ = std::move(sc);
     return s;

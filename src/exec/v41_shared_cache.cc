@@ -27,6 +27,7 @@ V41SharedCache::V41SharedCache(const StateGraph& graph, const V41RunnerCacheOpti
   co.boundary_snapshots = o.restore == V41PrefixRestore::kStoredState;
   co.unit_store = o.unit_store;
   co.dcp = o.dcp;
+  co.stage = o.stage;
   co.debug_perturb_restore_kind = o.debug_perturb_restore_kind;
   if (!co.boundary_snapshots) co.snapshot_slots = 0;
   o_.max_seqs = co.max_seqs;

@@ -61,6 +61,8 @@ struct V41RunnerCacheOptions {
   std::shared_ptr<UnitStore> unit_store;
   // This rank's share of the compressed rows / index keys under DCP (CacheOptions::dcp).
   RowShard dcp;
+  // This rank's pipeline stage (CacheOptions::stage; set by the runner from its model).
+  StageLayers stage;
   int debug_perturb_restore_kind = -1;  // CacheOptions::debug_perturb_restore_kind (test hook)
 };
 

@@ -30,6 +30,13 @@ namespace strata {
 using BlockId = int32_t;
 
 // Which rows of each block this process stores (size 1: all of them).
+// A pipeline stage's backbone layers (CacheOptions::stage): [begin, end) of backbone_layers;
+// backbone_layers 0 = no pipeline.
+struct StageLayers {
+  int begin = 0, end = 0, backbone_layers = 0;
+  bool split() const { return backbone_layers > 0 && (begin > 0 || end < backbone_layers); }
+};
+
 struct RowShard {
   int rank = 0, size = 1;
   int64_t interleave = 1;  // S: consecutive rows per ownership run

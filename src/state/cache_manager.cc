@@ -82,10 +82,20 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
   // One pool per (kind, ratio, rows_per_block, row_bytes); owners of a pool share it.
   std::map<std::tuple<int, int, int64_t, int64_t>, int> key_to_pool;
   std::vector<int64_t> owners_in_pool;
+  const StageLayers& st = opts_.stage;
+  auto on_this_stage = [&](const StateOwnerInfo& o) {
+    if (!st.split() || o.layer < 0 || o.layer >= st.backbone_layers) return true;
+    if (o.stage != Stage::kBackbone || o.kind == StateKind::kIndexKeys) return true;
+    if (o.layer >= st.begin && o.layer < st.end) return true;
+    for (int l : o.consumer_layers)
+      if (l >= st.begin && l < st.end) return true;
+    return false;
+  };
   for (const auto& o : owners) {
     const StateSpec& s = o.spec;
     if (s.transient() || s.row_bytes == 0) continue;
     if (s.fixed() && s.rows_fixed == 0) continue;
+    if (!on_this_stage(o)) continue;  // another pipeline stage's state
     const int64_t rpb = s.grows() ? block_tokens_ / s.ratio : s.rows_fixed;
     if (opts_.dcp.sharded() && dcp_sharded_kind(o.kind))
       STRATA_CHECK_MSG(rpb % (opts_.dcp.interleave * opts_.dcp.size) == 0,

@@ -87,6 +87,13 @@ struct CacheOptions {
   // block_tokens then also makes every such pool's rows per block a multiple of S * D
   // (dcp_block_tokens); an explicit block_tokens that does not is a CHECK failure.
   RowShard dcp;
+  // Pipeline parallelism (dist/pipe_comm.h): this rank computes backbone layers
+  // [stage.begin, stage.end) of stage.backbone_layers. An owner none of those layers writes
+  // or reads gets no storage (another stage's layer; access CHECK-fails "has no storage"),
+  // except request-global and drafter owners (every stage runs the epilogue) and index keys
+  // (the reference call shape's decode quirk lets any index source read any owner's keys;
+  // 68 B per record). backbone_layers 0 = every owner has storage.
+  StageLayers stage;
   // Test hook for validators (`serve --debug-perturb-restore KIND`): when a prefix hit is
   // restored, one byte of each owner of this kind is changed (ring / fixed owners: the
   // sequence's copy, in the row of the hit's last position or row 0; paged owners: row 0 of

@@ -747,5 +747,68 @@ TEST(CacheManager, DcpRanksStoreTheirOwnRecords) {
   one.finish_step(p1);
 }
 
+// Under pipeline parallelism a stage stores only the state its layers write or read (plus
+// request-global, drafter and index-key owners): tiny V4.1 (12 layers; KV sources 2, 4, 6 read
+// by the layers up to the next source) on stage [6, 12) keeps layer 6's compressed rows and the
+// windows of 6-11, drops the windows of 0-5 and the compressed rows of 2 and 4; on stage
+// [3, 6) it keeps layer 2's compressed rows (read by 3) and drops layer 6's. Pools shrink
+// accordingly, and a dropped owner's rows are "no storage".
+TEST(CacheManager, PipelineStageStoresOnlyItsLayersState) {
+  auto cfg = tiny_v41();
+  auto g = StateGraph::from_deepseek(cfg);
+  ASSERT_TRUE(g.ok());
+  const int n = cfg.n_layers;
+  ASSERT_EQ(n, 12);
+  auto stored = [&](const CacheManager& cm) {
+    std::set<OwnerId> s;
+    for (const PoolInfo& p : cm.pools()) s.insert(p.owners.begin(), p.owners.end());
+    return s;
+  };
+  auto total_blocks_bytes = [](const CacheManager& cm) {
+    int64_t b = 0;
+    for (const PoolInfo& p : cm.pools()) b += p.block_bytes() * p.num_blocks;
+    return b;
+  };
+  const CacheManager all(*g, CacheOptions{.max_seqs = 1, .max_tokens = 512});
+  const CacheManager late(*g, CacheOptions{.max_seqs = 1, .max_tokens = 512,
+                                           .stage = StageLayers{6, 12, n}});
+  const CacheManager mid(*g, CacheOptions{.max_seqs = 1, .max_tokens = 512,
+                                          .stage = StageLayers{3, 6, n}});
+  const std::set<OwnerId> a = stored(all), l = stored(late), m = stored(mid);
+  auto owner = [&](StateKind k, int layer) { return g->find_owner(k, layer); };
+  for (int layer = 0; layer < n; ++layer) {
+    const OwnerId w = owner(StateKind::kWindowKv, layer);
+    ASSERT_GE(w, 0) << layer;
+    EXPECT_TRUE(a.count(w));
+    EXPECT_EQ(l.count(w) == 1, layer >= 6) << "window of layer " << layer;
+    EXPECT_EQ(m.count(w) == 1, layer >= 3 && layer < 6) << "window of layer " << layer;
+  }
+  for (int src : {2, 4, 6}) {
+    const OwnerId ck = owner(StateKind::kCompressedKv, src);
+    ASSERT_GE(ck, 0) << src;
+    EXPECT_EQ(l.count(ck) == 1, src == 6) << "compressed rows of layer " << src;
+    EXPECT_EQ(m.count(ck) == 1, src == 2 || src == 4) << "compressed rows of layer " << src;
+    const OwnerId ik = owner(StateKind::kIndexKeys, src);
+    if (ik >= 0) EXPECT_TRUE(l.count(ik) && m.count(ik)) << "index keys of layer " << src;
+  }
+  // Request-global (Engram history) and drafter (DSpark rings) owners on every stage.
+  for (const StateOwnerInfo& o : g->owners())
+    if ((o.layer < 0 || o.layer >= n) && a.count(o.id)) {
+      EXPECT_TRUE(l.count(o.id) && m.count(o.id)) << o.label;
+    }
+  EXPECT_LT(total_blocks_bytes(late), total_blocks_bytes(all));
+  EXPECT_LT(total_blocks_bytes(mid), total_blocks_bytes(all));
+  // A dropped owner has no rows on that stage.
+  CacheManager cm(*g, CacheOptions{.max_seqs = 1, .max_tokens = 512, .stage = StageLayers{6, 12, n}});
+  cm.add_sequence(1, {5, 6, 7, 8});
+  StepPlan p = cm.plan_step({{1, 4}});
+  ASSERT_EQ(p.outcome, PlanOutcome::kOk);
+  cm.commit(p);
+  std::vector<float> row(g->owner(owner(StateKind::kWindowKv, 6)).spec.row_elems);
+  cm.read_row(1, owner(StateKind::kWindowKv, 6), 0, row.data());  // kept: fine
+  EXPECT_DEATH(cm.read_row(1, owner(StateKind::kWindowKv, 0), 0, row.data()), "has no storage");
+  cm.finish_step(p);
+}
+
 }  // namespace
 }  // namespace strata

@@ -6,7 +6,8 @@
 namespace strata {
 
 StatusOr<std::unique_ptr<SequenceCache>> SequenceCache::create(const StateGraph& graph,
-                                                               int64_t max_tokens, RowShard dcp) {
+                                                               int64_t max_tokens, RowShard dcp,
+                                                               StageLayers stage) {
   if (max_tokens <= 0) return invalid_argument("SequenceCache: max_tokens {} <= 0", max_tokens);
   auto sc = std::unique_ptr<SequenceCache>(new SequenceCache());
   CacheOptions o;
@@ -15,6 +16,7 @@ StatusOr<std::unique_ptr<SequenceCache>> SequenceCache::create(const StateGraph&
   o.snapshot_slots = 0;
   o.prefix_cache = false;
   o.dcp = dcp;
+  o.stage = stage;
   sc->cm_ = std::make_unique<CacheManager>(graph, o);
   sc->max_tokens_ = max_tokens;
   sc->cm_->add_sequence(sc->seq_, {});

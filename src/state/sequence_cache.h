@@ -25,9 +25,11 @@ namespace strata {
 
 class SequenceCache {
  public:
-  // `dcp`: this rank's share of the compressed-KV / index-key rows (CacheOptions::dcp).
+  // `dcp`: this rank's share of the compressed-KV / index-key rows (CacheOptions::dcp);
+  // `stage`: this rank's pipeline stage (CacheOptions::stage).
   static StatusOr<std::unique_ptr<SequenceCache>> create(const StateGraph& graph,
-                                                         int64_t max_tokens, RowShard dcp = {});
+                                                         int64_t max_tokens, RowShard dcp = {},
+                                                         StageLayers stage = {});
   Status begin_step(const std::vector<int32_t>& ids);
   void end_step();
   void reset();

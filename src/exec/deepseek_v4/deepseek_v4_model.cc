@@ -79,7 +79,8 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
 
 std::unique_ptr<V4SequenceState> DeepseekV4Model::new_sequence() const {
   if (legacy_state_) return new_legacy_sequence();
-  auto s = V4SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()));
+  auto s = V4SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()),
+                                      stage_layers());
   STRATA_CHECK_MSG(s.ok(), "V4 sequence state: {}", s.status().to_string());
   return std::move(s).value();
 }

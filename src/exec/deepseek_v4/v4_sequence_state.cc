@@ -22,8 +22,9 @@ V4SequenceState::V4SequenceState(const DeepseekConfig& c) : config_(&c) {
 
 StatusOr<std::unique_ptr<V4SequenceState>> V4SequenceState::create(const DeepseekConfig& c,
                                                                    const StateGraph& graph,
-                                                                   int64_t max_tokens, RowShard dcp) {
-  return create_owned<V4SequenceState>(c, graph, max_tokens, dcp);
+                                                                   int64_t max_tokens, RowShard dcp,
+                                                                   StageLayers stage) {
+  return create_owned<V4SequenceState>(c, graph, max_tokens, dcp, stage);
 }
 
 V4SequenceState::V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq,

@@ -75,7 +75,8 @@ class V4SequenceState : public SequenceCallState {
   // `dcp`: this rank's share of the compressed rows / index keys (CacheOptions::dcp).
   static StatusOr<std::unique_ptr<V4SequenceState>> create(const DeepseekConfig& c,
                                                            const StateGraph& graph,
-                                                           int64_t max_tokens, RowShard dcp = {});
+                                                           int64_t max_tokens, RowShard dcp = {},
+                                                           StageLayers stage = {});
   // External manager: sequence `seq` of `cm` (already added), computed up to `length`.
   V4SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
   ~V4SequenceState();

@@ -211,7 +211,8 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
 
 std::unique_ptr<V41SequenceState> DeepseekV41Model::new_sequence() const {
   if (legacy_state_) return new_legacy_sequence();
-  auto s = V41SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()));
+  auto s = V41SequenceState::create(config_, *state_graph_, state_max_tokens_, dcp_shard(dcp_comm_.get()),
+                                      stage_layers());
   STRATA_CHECK_MSG(s.ok(), "V4.1 sequence state: {}", s.status().to_string());
   return std::move(s).value();
 }

@@ -166,6 +166,13 @@ class DeepseekV41Model {
   // SequenceCache of state_max_tokens() positions), or the f32 mirror when loaded with
   // legacy_state.
   std::unique_ptr<V41SequenceState> new_sequence() const;
+  // This rank's pipeline stage as the state module sees it (CacheOptions::stage; {} without
+  // pipeline parallelism): its sequences and caches store only the state its layers use.
+  StageLayers stage_layers() const {
+    if (!pipe_comm_) return {};
+    const PipeStage st = pipe_stage(pipe_comm_.get(), config_.n_layers);
+    return {st.begin, st.end, config_.n_layers};
+  }
   // Always the f32 mirror (A/B checks of the port).
   std::unique_ptr<V41SequenceState> new_legacy_sequence() const {
     return std::make_unique<V41SequenceState>(config_);

@@ -25,8 +25,9 @@ V41SequenceState::V41SequenceState(const DeepseekConfig& c) : config_(&c) {
 
 StatusOr<std::unique_ptr<V41SequenceState>> V41SequenceState::create(const DeepseekConfig& c,
                                                                      const StateGraph& graph,
-                                                                     int64_t max_tokens, RowShard dcp) {
-  STRATA_ASSIGN_OR_RETURN(auto s, create_owned<V41SequenceState>(c, graph, max_tokens, dcp));
+                                                                     int64_t max_tokens, RowShard dcp,
+                                                                     StageLayers stage) {
+  STRATA_ASSIGN_OR_RETURN(auto s, create_owned<V41SequenceState>(c, graph, max_tokens, dcp, stage));
   s->max_tokens_ = max_tokens;
   return s;
 }

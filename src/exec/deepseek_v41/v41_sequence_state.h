@@ -61,7 +61,8 @@ class V41SequenceState : public SequenceCallState {
   // `dcp`: this rank's share of the compressed rows / index keys (CacheOptions::dcp).
   static StatusOr<std::unique_ptr<V41SequenceState>> create(const DeepseekConfig& c,
                                                             const StateGraph& graph,
-                                                            int64_t max_tokens, RowShard dcp = {});
+                                                            int64_t max_tokens, RowShard dcp = {},
+                                                            StageLayers stage = {});
   // External manager: sequence `seq` of `cm` (already added), whose state is computed up to
   // `length` (the first plan's start_pos).
   V41SequenceState(const DeepseekConfig& c, CacheManager* cm, int64_t seq, int64_t length);
