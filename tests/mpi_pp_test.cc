@@ -97,6 +97,12 @@ TEST(MpiPipeline, UnsupportedLayoutsAreRefused) {
                                "--pipeline-parallel-size 2", src_dir())),
             0);
   EXPECT_NE(out.find("not yet for a Llama model"), std::string::npos) << out;
+  // The state digests need every row on rank 0.
+  EXPECT_NE(mpi(2, fmt::format("serve --model {}/models/deepseek-v41-tiny --port 0 "
+                               "--pipeline-parallel-size 2 --debug-state-digests", src_dir())),
+            0);
+  EXPECT_NE(out.find("--debug-state-digests is not built under pipeline parallelism"),
+            std::string::npos) << out;
   // More stages than the V4 tiny model's 7 layers.
   EXPECT_NE(mpi(8, fmt::format("generate -m {}/models/deepseek-v4flash-tiny --prompt-ids 1,2,3 "
                                "-n 2 --pipeline-parallel-size 8", src_dir())),

@@ -118,9 +118,10 @@ int run_serve(ServeCli& o) {
   so.runner.debug_perturb_restore = o.debug_perturb_restore;
   so.runner.enable_prefix_caching = o.enable_prefix_caching;
   so.http.state_digests = o.debug_state_digests;
-  if (o.debug_state_digests && o.ranks.dcp > 1) {
-    fmt::print(stderr, "strata serve: --debug-state-digests is not built under decode context "
-               "parallelism (each rank holds a share of the rows)\n");
+  if (o.debug_state_digests && (o.ranks.dcp > 1 || o.ranks.pp > 1)) {
+    fmt::print(stderr, "strata serve: --debug-state-digests is not built under {} (each rank "
+               "holds a share of the rows)\n", o.ranks.dcp > 1 ? "decode context parallelism"
+                                                                : "pipeline parallelism");
     return 2;
   }
   so.runner.progress = true;
