@@ -789,7 +789,9 @@ TEST(CacheManager, PipelineStageStoresOnlyItsLayersState) {
     EXPECT_EQ(l.count(ck) == 1, src == 6) << "compressed rows of layer " << src;
     EXPECT_EQ(m.count(ck) == 1, src == 2 || src == 4) << "compressed rows of layer " << src;
     const OwnerId ik = owner(StateKind::kIndexKeys, src);
-    if (ik >= 0) EXPECT_TRUE(l.count(ik) && m.count(ik)) << "index keys of layer " << src;
+    if (ik >= 0) {
+      EXPECT_TRUE(l.count(ik) && m.count(ik)) << "index keys of layer " << src;
+    }
   }
   // Request-global (Engram history) and drafter (DSpark rings) owners on every stage.
   for (const StateOwnerInfo& o : g->owners())
