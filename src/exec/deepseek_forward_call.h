@@ -50,6 +50,24 @@ struct DeepseekForwardCall {
     }
     return ok_status();
   }
+
+  // Pipeline microbatches (dist/pipe_comm.h pp_microbatches): this context as rows [a, b) of
+  // the canonical call `call` -- same sequence, positions from call.s0 + a -- recording routes
+  // into `part` (sized like begin() does) when the call records them.
+  void microbatch_of(const DeepseekForwardCall& call, int64_t a, int64_t b, V41Routes* part,
+                     int n_layers, size_t n_index_sources) {
+    seq = call.seq;
+    s0 = call.s0 + a;
+    S = b - a;
+    canonical = true;
+    vrows = call.vrows;
+    routes = nullptr;
+    if (call.routes) {
+      part->moe.assign(n_layers, {});
+      part->index.assign(n_index_sources, std::vector<std::vector<int32_t>>(S));
+      routes = part;
+    }
+  }
 };
 
 // The MoE router's logits of a call's S rows, [S, E] (E = layer L's routed experts): x [S, dim]

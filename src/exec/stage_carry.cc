@@ -2,33 +2,38 @@
 #include "exec/stage_carry.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace strata {
 namespace {
 
-using Ids3 = std::vector<std::vector<std::vector<int32_t>>>;
+// Vectors nested to any depth: a count per level, the innermost as ByteMsg spans.
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
 
-void put_nested(ByteMsg* m, const std::vector<std::vector<int32_t>>& v) {
-  m->put<int64_t>(static_cast<int64_t>(v.size()));
-  for (const auto& r : v) m->put_vec(r);
+template <class T>
+void put_nested(ByteMsg* m, const std::vector<T>& v) {
+  if constexpr (IsVector<T>::value) {
+    m->put<int64_t>(static_cast<int64_t>(v.size()));
+    for (const T& r : v) put_nested(m, r);
+  } else {
+    m->put_vec(v);
+  }
 }
-std::vector<std::vector<int32_t>> get_nested(ByteMsg* m) {
-  const int64_t n = m->get<int64_t>();
-  STRATA_CHECK(n >= 0 && static_cast<uint64_t>(n) <= m->b.size());
-  std::vector<std::vector<int32_t>> v(static_cast<size_t>(n));
-  for (auto& r : v) r = m->get_vec<int32_t>();
-  return v;
-}
-void put_ids3(ByteMsg* m, const Ids3& v) {
-  m->put<int64_t>(static_cast<int64_t>(v.size()));
-  for (const auto& r : v) put_nested(m, r);
-}
-Ids3 get_ids3(ByteMsg* m) {
-  const int64_t n = m->get<int64_t>();
-  STRATA_CHECK(n >= 0 && static_cast<uint64_t>(n) <= m->b.size());
-  Ids3 v(static_cast<size_t>(n));
-  for (auto& r : v) r = get_nested(m);
-  return v;
+template <class V>
+V get_nested(ByteMsg* m) {
+  using T = typename V::value_type;
+  if constexpr (IsVector<T>::value) {
+    const int64_t n = m->get<int64_t>();
+    STRATA_CHECK(n >= 0 && static_cast<uint64_t>(n) <= m->b.size());
+    V v(static_cast<size_t>(n));
+    for (T& r : v) r = get_nested<T>(m);
+    return v;
+  } else {
+    return m->get_vec<T>();
+  }
 }
 
 }  // namespace
@@ -47,8 +52,7 @@ void StageCarry::encode(ByteMsg* m) const {
     m->put_vec(t.row_width);
     put_nested(m, t.rows);
   }
-  m->put<int64_t>(static_cast<int64_t>(candidates.size()));
-  for (const auto& c : candidates) m->put_vec(c);
+  put_nested(m, candidates);
   m->put<int64_t>(static_cast<int64_t>(rows.size()));
   for (const Rows& r : rows) {
     m->put<int32_t>(r.layer);
@@ -59,8 +63,8 @@ void StageCarry::encode(ByteMsg* m) const {
   m->put<int32_t>(published_index_owner);
   m->put<uint8_t>(has_routes ? 1 : 0);
   if (has_routes) {
-    put_ids3(m, routes.moe);
-    put_ids3(m, routes.index);
+    put_nested(m, routes.moe);
+    put_nested(m, routes.index);
   }
 }
 
@@ -79,12 +83,9 @@ StageCarry StageCarry::decode(ByteMsg* m) {
   for (TopK& t : c.topk) {
     t.width = m->get<int64_t>();
     t.row_width = m->get_vec<int32_t>();
-    t.rows = get_nested(m);
+    t.rows = get_nested<std::vector<std::vector<int32_t>>>(m);
   }
-  const int64_t nc = m->get<int64_t>();
-  STRATA_CHECK(nc >= 0 && static_cast<uint64_t>(nc) <= m->b.size());
-  c.candidates.resize(static_cast<size_t>(nc));
-  for (auto& v : c.candidates) v = m->get_vec<uint8_t>();
+  c.candidates = get_nested<std::vector<std::vector<uint8_t>>>(m);
   const int64_t nr = m->get<int64_t>();
   STRATA_CHECK(nr >= 0 && static_cast<uint64_t>(nr) <= m->b.size());
   c.rows.resize(static_cast<size_t>(nr));
@@ -97,8 +98,8 @@ StageCarry StageCarry::decode(ByteMsg* m) {
   c.published_index_owner = m->get<int32_t>();
   c.has_routes = m->get<uint8_t>() != 0;
   if (c.has_routes) {
-    c.routes.moe = get_ids3(m);
-    c.routes.index = get_ids3(m);
+    c.routes.moe = get_nested<decltype(c.routes.moe)>(m);
+    c.routes.index = get_nested<decltype(c.routes.index)>(m);
   }
   STRATA_CHECK_MSG(m->done(), "pipeline stage boundary: {} trailing bytes", m->b.size() - m->at);
   return c;

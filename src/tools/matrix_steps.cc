@@ -106,6 +106,14 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
     d.servers.push_back(std::move(s));
     return Status();
   };
+  // Two ranks under mpirun whose rows are sharded: no rank can export a request's whole state.
+  auto two_ranks_sharded = [&](const char* why) {
+    d.ranks = 2;
+    d.processes = 3;  // mpirun and two ranks
+    d.state_digests = false;
+    d.notes.push_back(fmt::format("state rows not compared: {} (token ids and logprobs are "
+                                  "compared)", why));
+  };
   switch (step) {
     case 1:
       STRATA_RETURN_IF_ERROR(serve({"--no-enable-prefix-caching", "--chunk-size", "4096",
@@ -137,11 +145,7 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
     case 5:
       STRATA_RETURN_IF_ERROR(serve({"--decode-context-parallel-size", "2"}, "serve", kMpirun, false));
       d.parallel = parallel(1, 2, "colocated");
-      d.ranks = 2;
-      d.processes = 3;  // mpirun and two ranks
-      d.state_digests = false;
-      d.notes.push_back("state rows not compared: under DCP each rank holds a share of the "
-                        "compressed rows (token ids and logprobs are compared)");
+      two_ranks_sharded("under DCP each rank holds a share of the compressed rows");
       break;
     case 6: {
       d.redis = std::make_shared<RedisTestServer>();
@@ -186,11 +190,7 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
     case 10:
       STRATA_RETURN_IF_ERROR(serve({"--pipeline-parallel-size", "2"}, "serve", kMpirun, false));
       d.parallel = parallel(1, 1, "colocated", 2);
-      d.ranks = 2;
-      d.processes = 3;  // mpirun and two ranks
-      d.state_digests = false;
-      d.notes.push_back("state rows not compared: under PP each stage holds the rows of its own "
-                        "layers (token ids and logprobs are compared)");
+      two_ranks_sharded("under PP each stage holds the rows of its own layers");
       break;
     default:
       return Status(StatusCode::kInvalidArgument, fmt::format("no step {}", step));

@@ -10,6 +10,8 @@
 // combined with EP or DCP yet (refused).
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -61,21 +63,25 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
     if (mpi_rank() == 0) fmt::print(stderr, "{}: {}\n", command, why);  // once, not per rank
     return 2;
   };
-  if (l.pp > 1 && n == 1)
-    return refuse(fmt::format("--pipeline-parallel-size {} needs {} ranks: start with "
-                              "mpirun -np {}", l.pp, l.pp, l.pp));
-  if (l.pp > 1 && l.pp != n)
-    return refuse(fmt::format("--pipeline-parallel-size {} with {} ranks: the stages span "
-                              "every rank (pass {})", l.pp, n, n));
+  // A layout of `size` ranks spans every rank: "" when it does (or is off), else why not.
+  auto spans_every_rank = [&](const char* flag, int size, const char* group) -> std::string {
+    if (size <= 1) return "";
+    if (n == 1)
+      return fmt::format("{} {} needs {} ranks: start with mpirun -np {}", flag, size, size, size);
+    if (size != n)
+      return fmt::format("{} {} with {} ranks: {} every rank (pass {})", flag, size, n, group, n);
+    return "";
+  };
+  if (std::string why = spans_every_rank("--pipeline-parallel-size", l.pp, "the stages span");
+      !why.empty())
+    return refuse(why);
   if (l.pp > 1 && (l.expert_parallel || l.dcp > 1))
     return refuse("--pipeline-parallel-size is not combined with --enable-expert-parallel or "
                   "--decode-context-parallel-size yet: run one layout");
-  if (l.dcp > 1 && n == 1)
-    return refuse(fmt::format("--decode-context-parallel-size {} needs {} ranks: start with "
-                              "mpirun -np {}", l.dcp, l.dcp, l.dcp));
-  if (l.dcp > 1 && l.dcp != n)
-    return refuse(fmt::format("--decode-context-parallel-size {} with {} ranks: the DCP group "
-                              "spans every rank (pass {})", l.dcp, n, n));
+  if (std::string why =
+          spans_every_rank("--decode-context-parallel-size", l.dcp, "the DCP group spans");
+      !why.empty())
+    return refuse(why);
   if (n > 1 && !l.expert_parallel && l.dcp == 1 && l.pp == 1)
     return refuse(fmt::format("{} ranks but no parallel layout: pass --enable-expert-parallel "
                               "and/or --decode-context-parallel-size {}, or "

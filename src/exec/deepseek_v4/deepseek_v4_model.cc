@@ -335,17 +335,8 @@ Status DeepseekV4Model::forward(V4SequenceState* seq, std::span<const int32_t> t
       const int64_t a = k * S / microbatches, b = (k + 1) * S / microbatches;
       u.a = a;
       Call& x = u.c;
-      x.seq = c.seq;
-      x.s0 = c.s0 + a;
-      x.S = b - a;
-      x.canonical = true;
-      x.vrows = c.vrows;
+      x.microbatch_of(c, a, b, &u.routes, cf.n_layers, index_layers_.size());
       x.tokens = tokens.subspan(a, b - a);
-      if (c.routes) {
-        u.routes.moe.assign(cf.n_layers, {});
-        u.routes.index.assign(index_layers_.size(), std::vector<std::vector<int32_t>>(x.S));
-        x.routes = &u.routes;
-      }
       u.h.assign(h.begin() + a * row, h.begin() + b * row);
       if (!stage.first) take(pipe_receive(*pipe_comm_), x, &u.h, stage.begin);
       run_layers(x, u.h);

@@ -298,22 +298,13 @@ void DeepseekV41Model::pipeline_microbatches(Ctx& c, const PipeStage& st, int64_
     const int64_t a = k * S / M, b = (k + 1) * S / M;
     u.a = a;
     Ctx& x = u.c;
-    x.seq = c.seq;
-    x.s0 = c.s0 + a;
-    x.S = b - a;
-    x.canonical = true;
-    x.vrows = c.vrows;
+    x.microbatch_of(c, a, b, &u.routes, cf.n_layers, cf.index_source_layers.size());
     x.width_end = x.s0 + x.S;
     x.hashes.assign(c.hashes.begin() + a * row_hash, c.hashes.begin() + b * row_hash);
     x.h = slice(c.h, a, b, row_h);
     x.topk.resize(cf.n_layers);
     x.candidates.resize(cf.n_layers);
     x.emitted.resize(cf.n_layers);
-    if (c.routes) {
-      u.routes.moe.assign(cf.n_layers, {});
-      u.routes.index.assign(cf.index_source_layers.size(), std::vector<std::vector<int32_t>>(x.S));
-      x.routes = &u.routes;
-    }
     u.pre = slice(*pre_prev, a, b, row_pre);
     u.taps = slice(*main_hidden, a, b, row_taps);
     // Through this stage's layers, one microbatch after the other; each goes on to the next
