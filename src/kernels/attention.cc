@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/activation.h"
@@ -8,26 +9,74 @@
 
 namespace strata::kernels {
 
-void attention_head(const float* q, const KvBlocks& kv, int kv_head, int head_dim, int64_t T,
-                    float* scratch, float* out) {
+void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd, int64_t r0,
+                             int64_t n, float* part) {
   if (active_isa() == Isa::kAvx2) {
-    avx2::attention_head(q, kv, kv_head, head_dim, T, scratch, out);
+    avx2::attention_chunk_partial(q, kv, g, hd, r0, n, part);
   } else {
-    ref::attention_head(q, kv, kv_head, head_dim, T, scratch, out);
+    ref::attention_chunk_partial(q, kv, g, hd, r0, n, part);
   }
 }
 
-namespace ref {
-void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T, float* sc,
-                    float* out) {
-  const float denom = std::sqrt(static_cast<float>(hd));
-  for (int64_t t = 0; t < T; ++t) sc[t] = ref::dot(q, kv.k(t, g, hd), hd) / denom;
-  ref::softmax(sc, T);
-  for (int d = 0; d < hd; ++d) {
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t t = 0; t < T; ++t) s[t & 3] = std::fma(sc[t], kv.v(t, g, hd)[d], s[t & 3]);
-    out[d] = (s[0] + s[1]) + (s[2] + s[3]);
+void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int hd, float* out) {
+  if (active_isa() == Isa::kAvx2) {
+    avx2::attention_merge(parts, n_chunks, stride, hd, out);
+  } else {
+    ref::attention_merge(parts, n_chunks, stride, hd, out);
   }
+}
+
+void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T, float* scratch,
+                    float* out) {
+  const int64_t nc = attention_chunks(T), stride = hd + 2;
+  for (int64_t c = 0; c < nc; ++c)
+    attention_chunk_partial(q, kv, g, hd, c * kAttnChunk,
+                            std::min(kAttnChunk, T - c * kAttnChunk), scratch + c * stride);
+  attention_merge(scratch, nc, stride, hd, out);
+}
+
+namespace ref {
+void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd, int64_t r0,
+                             int64_t n, float* part) {
+  const float denom = std::sqrt(static_cast<float>(hd));
+  float e[kAttnChunk];
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    e[j] = ref::dot(q, kv.k(r0 + j, g, hd), hd) / denom;
+    m = std::max(m, e[j]);
+  }
+  float z = 0.0f;
+  for (int64_t j = 0; j < n; ++j) z += (e[j] = exp_canonical(e[j] - m));
+  part[0] = m;
+  part[1] = z;
+  for (int d = 0; d < hd; ++d) {
+    float a[2] = {0.0f, 0.0f};
+    for (int64_t j = 0; j < n; ++j) a[j & 1] = std::fma(e[j], kv.v(r0 + j, g, hd)[d], a[j & 1]);
+    part[2 + d] = a[0] + a[1];
+  }
+}
+
+void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int hd, float* out) {
+  float M = -INFINITY;
+  for (int64_t c = 0; c < n_chunks; ++c) M = std::max(M, parts[c * stride]);
+  float Z = 0.0f;
+  for (int d = 0; d < hd; ++d) out[d] = 0.0f;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const float* p = parts + c * stride;
+    const float w = exp_canonical(p[0] - M);
+    Z = std::fma(w, p[1], Z);
+    for (int d = 0; d < hd; ++d) out[d] = std::fma(w, p[2 + d], out[d]);
+  }
+  for (int d = 0; d < hd; ++d) out[d] /= Z;
+}
+
+void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T, float* scratch,
+                    float* out) {
+  const int64_t nc = attention_chunks(T), stride = hd + 2;
+  for (int64_t c = 0; c < nc; ++c)
+    ref::attention_chunk_partial(q, kv, g, hd, c * kAttnChunk,
+                                 std::min(kAttnChunk, T - c * kAttnChunk), scratch + c * stride);
+  ref::attention_merge(scratch, nc, stride, hd, out);
 }
 }  // namespace ref
 

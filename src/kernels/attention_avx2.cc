@@ -1,7 +1,8 @@
-// AVX2/FMA attention for one head: the same per-element operation order as
-// ref::attention_head (attention.h), bit-identical.
+// AVX2/FMA attention chunk partials and their merge: the same per-element operation order
+// as ref:: (attention.h), bit-identical.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -23,93 +24,107 @@ STRATA_AVX2 inline float dot_canonical(const float* q, const float* k, int hd) {
   return s;
 }
 
-// out[d0 .. d0 + 8*NC): four t-residue partial sums per element (attention.h), in registers.
+// U[d0 .. d0 + 8*NC) of a chunk: even / odd offset chains (attention.h), in registers.
 template <int NC>
-STRATA_AVX2 inline void weighted_sum_chunk(const float* p, const KvBlocks& kv, int g, int hd,
-                                           int64_t T, int d0, float* out) {
-  __m256 acc[4][NC];
+STRATA_AVX2 inline void chunk_values(const float* e, const float* row, int64_t rs, int64_t n,
+                                     float* U) {
+  __m256 acc[2][NC];
 #pragma GCC unroll 8
-  for (int j = 0; j < 4; ++j)
+  for (int c = 0; c < NC; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2, row += 2 * rs) {
+    const __m256 p0 = _mm256_set1_ps(e[j]), p1 = _mm256_set1_ps(e[j + 1]);
 #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) acc[j][c] = _mm256_setzero_ps();
-  const int64_t rs = kv.row_stride;
-  int64_t t = 0;
-  for (int64_t b = 0; t < T; ++b) {
-    const float* row = kv.v_blocks[b] + int64_t{g} * hd + d0;
-    const int64_t end = t + kv.block_size < T ? t + kv.block_size : T;
-    for (; t + 4 <= end; t += 4, row += 4 * rs) {
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m256 pv = _mm256_set1_ps(p[t + j]);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c)
-          acc[j][c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(row + j * rs + 8 * c), acc[j][c]);
-      }
-    }
-    for (int j = 0; t < end; ++t, ++j, row += rs) {  // only in the last block (T % 4 != 0)
-      const __m256 pv = _mm256_set1_ps(p[t]);
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c)
-        acc[j][c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(row + 8 * c), acc[j][c]);
+    for (int c = 0; c < NC; ++c) {
+      acc[0][c] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(row + 8 * c), acc[0][c]);
+      acc[1][c] = _mm256_fmadd_ps(p1, _mm256_loadu_ps(row + rs + 8 * c), acc[1][c]);
     }
   }
+  if (j < n) {
+    const __m256 p0 = _mm256_set1_ps(e[j]);
 #pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c)
-    _mm256_storeu_ps(out + d0 + 8 * c, _mm256_add_ps(_mm256_add_ps(acc[0][c], acc[1][c]),
-                                                     _mm256_add_ps(acc[2][c], acc[3][c])));
+    for (int c = 0; c < NC; ++c)
+      acc[0][c] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(row + 8 * c), acc[0][c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) _mm256_storeu_ps(U + 8 * c, _mm256_add_ps(acc[0][c], acc[1][c]));
 }
 
 }  // namespace
 
-STRATA_AVX2 void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T,
-                                float* sc, float* out) {
-  if (kv.block_size % 4 != 0) {
-    ref::attention_head(q, kv, g, hd, T, sc, out);
+STRATA_AVX2 void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd,
+                                         int64_t r0, int64_t n, float* part) {
+  const int64_t bs = kv.block_size;
+  if (bs % 4 != 0 || r0 / bs != (r0 + n - 1) / bs || n > kAttnChunk) {
+    ref::attention_chunk_partial(q, kv, g, hd, r0, n, part);
     return;
   }
   const float denom = std::sqrt(static_cast<float>(hd));
-  {
-    const bool batch8 = hd % 8 == 0 && kv.block_size % 8 == 0;
-    int64_t t = 0;
-    for (int64_t b = 0; t < T; ++b) {
-      const float* blk = kv.k_blocks[b] + int64_t{g} * hd;
-      const int64_t end = t + kv.block_size < T ? t + kv.block_size : T;
-      if (batch8) {
-        // Eight positions at once: independent accumulators, then two 4-way canonical sums.
-        const int64_t rs = kv.row_stride;
-        for (; t + 8 <= end; t += 8, blk += 8 * rs) {
-          __m256 acc[8];
+  const int64_t rs = kv.row_stride;
+  const float* kblk = kv.k_blocks[r0 / bs] + (r0 % bs) * rs + int64_t{g} * hd;
+  alignas(32) float e[kAttnChunk];
+  int64_t j = 0;
+  if (hd % 8 == 0) {
+    // Eight positions at once: independent accumulators, then two 4-way canonical sums.
+    for (; j + 8 <= n; j += 8) {
+      const float* blk = kblk + j * rs;
+      __m256 acc[8];
 #pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-          for (int d = 0; d < hd; d += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + d);
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+      for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j)
-              acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(blk + j * rs + d), acc[j]);
-          }
-          _mm_storeu_ps(sc + t, hsum8x4(acc[0], acc[1], acc[2], acc[3]));
-          _mm_storeu_ps(sc + t + 4, hsum8x4(acc[4], acc[5], acc[6], acc[7]));
-        }
+        for (int i = 0; i < 8; ++i)
+          acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(blk + i * rs + d), acc[i]);
       }
-      for (; t < end; ++t, blk += kv.row_stride) sc[t] = dot_canonical(q, blk, hd);
+      _mm_storeu_ps(e + j, hsum8x4(acc[0], acc[1], acc[2], acc[3]));
+      _mm_storeu_ps(e + j + 4, hsum8x4(acc[4], acc[5], acc[6], acc[7]));
     }
   }
-  {
-    const __m256 vd = _mm256_set1_ps(denom);
-    int64_t t = 0;
-    for (; t + 8 <= T; t += 8) _mm256_storeu_ps(sc + t, _mm256_div_ps(_mm256_loadu_ps(sc + t), vd));
-    for (; t < T; ++t) sc[t] /= denom;
-  }
-  avx2::softmax(sc, T);
+  for (; j < n; ++j) e[j] = dot_canonical(q, kblk + j * rs, hd);
+  float m = -INFINITY;
+  for (j = 0; j < n; ++j) m = std::max(m, e[j] /= denom);
+  for (j = 0; j < n; ++j) e[j] -= m;
+  avx2::exp_inplace(e, n);
+  float z = 0.0f;
+  for (j = 0; j < n; ++j) z += e[j];
+  part[0] = m;
+  part[1] = z;
+  float* U = part + 2;
+  const float* vrow = kv.v_blocks[r0 / bs] + (r0 % bs) * rs + int64_t{g} * hd;
   const int hd8 = hd & ~7;
   int d0 = 0;
-  for (; d0 + 16 <= hd8; d0 += 16) weighted_sum_chunk<2>(sc, kv, g, hd, T, d0, out);
-  if (d0 < hd8) weighted_sum_chunk<1>(sc, kv, g, hd, T, d0, out);
+  for (; d0 + 16 <= hd8; d0 += 16) chunk_values<2>(e, vrow + d0, rs, n, U + d0);
+  if (d0 < hd8) chunk_values<1>(e, vrow + d0, rs, n, U + d0);
   for (int d = hd8; d < hd; ++d) {
-    float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t t = 0; t < T; ++t) s4[t & 3] = fma1(sc[t], kv.v(t, g, hd)[d], s4[t & 3]);
-    out[d] = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    float a[2] = {0.0f, 0.0f};
+    for (j = 0; j < n; ++j) a[j & 1] = fma1(e[j], vrow[j * rs + d], a[j & 1]);
+    U[d] = a[0] + a[1];
   }
+}
+
+STRATA_AVX2 void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int hd,
+                                 float* out) {
+  float M = -INFINITY;
+  for (int64_t c = 0; c < n_chunks; ++c) M = std::max(M, parts[c * stride]);
+  const int hd8 = hd & ~7;
+  float Z = 0.0f;
+  for (int d = 0; d < hd; ++d) out[d] = 0.0f;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const float* p = parts + c * stride;
+    const float w = exp_canonical(p[0] - M);
+    Z = fma1(w, p[1], Z);
+    const __m256 wv = _mm256_set1_ps(w);
+    int d = 0;
+    for (; d < hd8; d += 8)
+      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 2 + d),
+                                                _mm256_loadu_ps(out + d)));
+    for (; d < hd; ++d) out[d] = fma1(w, p[2 + d], out[d]);
+  }
+  const __m256 zv = _mm256_set1_ps(Z);
+  int d = 0;
+  for (; d < hd8; d += 8) _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_loadu_ps(out + d), zv));
+  for (; d < hd; ++d) out[d] /= Z;
 }
 
 }  // namespace strata::kernels::avx2

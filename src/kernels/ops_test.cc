@@ -161,7 +161,7 @@ TEST(AttentionTest, MatchesDoubleReferenceAndScalar) {
       auto q = random_vec(hd, 13);
       for (auto& v : q) v *= 4.0f;
       for (int g = 0; g < 2; ++g) {
-        std::vector<float> out(hd), out_ref(hd), sc(T);
+        std::vector<float> out(hd), out_ref(hd), sc(attention_scratch_floats(T, hd));
         attention_head(q.data(), f.view, g, hd, T, sc.data(), out.data());
         ref::attention_head(q.data(), f.view, g, hd, T, sc.data(), out_ref.data());
         EXPECT_EQ(0, std::memcmp(out.data(), out_ref.data(), hd * 4));
@@ -181,6 +181,64 @@ TEST(AttentionTest, MatchesDoubleReferenceAndScalar) {
         }
       }
     }
+}
+
+
+// Decode context parallelism (attention.h): ranks that store only their chunks (in runs of
+// S chunks, densely, as dist/dcp.h's local_index lays them out) compute the partials of those
+// chunks; merged in chunk order they give attention_head's bits exactly. Merging the same
+// partials rank by rank instead (a per-rank pre-sum's order) changes bits somewhere: the
+// comparison can fail.
+TEST(AttentionTest, ShardedChunkPartialsMergeToTheSameBits) {
+  int order_mattered = 0;
+  for (int D : {2, 3})
+    for (int64_t S : {1, 2})
+      for (int hd : {8, 13, 64})
+        for (int64_t T : {1, 17, 70, 200}) {
+          PagedKvFixture f(T, 2, hd, 16);
+          auto q = random_vec(hd, 17);
+          for (auto& v : q) v *= 4.0f;
+          const int64_t C = kAttnChunk, run = C * S, nc = attention_chunks(T);
+          const int64_t stride = hd + 2;
+          for (int g = 0; g < 2; ++g) {
+            std::vector<float> want(hd), sc(attention_scratch_floats(T, hd));
+            attention_head(q.data(), f.view, g, hd, T, sc.data(), want.data());
+            std::vector<float> parts(nc * stride), rank_major;
+            for (int r = 0; r < D; ++r) {
+              // This rank's rows, densely: local row l = global row of its l-th owned position.
+              std::vector<float> kl, vl;
+              for (int64_t t = 0; t < T; ++t)
+                if ((t / run) % D == r) {
+                  kl.insert(kl.end(), f.k.begin() + t * 2 * hd, f.k.begin() + (t + 1) * 2 * hd);
+                  vl.insert(vl.end(), f.v.begin() + t * 2 * hd, f.v.begin() + (t + 1) * 2 * hd);
+                }
+              kl.resize(kl.size() + run * 2 * hd);
+              vl.resize(vl.size() + run * 2 * hd);
+              std::vector<const float*> kp, vp;
+              for (size_t b = 0; b * run * 2 * hd < kl.size(); ++b) {
+                kp.push_back(kl.data() + b * run * 2 * hd);
+                vp.push_back(vl.data() + b * run * 2 * hd);
+              }
+              const KvBlocks local{kp.data(), vp.data(), run, int64_t{2} * hd};
+              for (int64_t c = 0; c < nc; ++c) {
+                if ((c * C / run) % D != r) continue;
+                const int64_t g0 = c * C;
+                const int64_t r0 = (g0 / (run * D)) * run + g0 % run;  // dcp::local_index
+                attention_chunk_partial(q.data(), local, g, hd, r0, std::min(C, T - g0),
+                                        parts.data() + c * stride);
+                rank_major.insert(rank_major.end(), parts.begin() + c * stride,
+                                  parts.begin() + (c + 1) * stride);
+              }
+            }
+            std::vector<float> got(hd), other(hd);
+            attention_merge(parts.data(), nc, stride, hd, got.data());
+            EXPECT_EQ(0, std::memcmp(got.data(), want.data(), hd * 4))
+                << "D " << D << " S " << S << " hd " << hd << " T " << T;
+            attention_merge(rank_major.data(), nc, stride, hd, other.data());
+            order_mattered += std::memcmp(other.data(), want.data(), hd * 4) != 0;
+          }
+        }
+  EXPECT_GT(order_mattered, 0);
 }
 
 }  // namespace

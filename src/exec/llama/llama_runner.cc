@@ -184,7 +184,7 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
     std::vector<kernels::KvBlocks> views(items.size());
     for (size_t i = 0; i < items.size(); ++i) views[i] = kv_.view(items[i].seq.value, static_cast<int>(l));
     auto attend = [&](int64_t t0, int64_t t1) {
-      std::vector<float> scratch(max_t);
+      std::vector<float> scratch(kernels::attention_scratch_floats(max_t, static_cast<int>(hd)));
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t r = task / nh, h = task % nh;
         kernels::attention_head(q_.data() + r * qd + h * hd, views[row_item[r]],
