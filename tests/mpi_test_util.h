@@ -47,6 +47,13 @@ inline std::string line_starting(const std::string& text, const std::string& pre
   return text.substr(start, text.find('\n', start) - start);
 }
 
+// The record's quantization column: the tiny DeepSeek checkpoints keep the released formats;
+// stories260K is llama2.c's f32.
+inline std::string quantization_of(const std::string& model) {
+  return model.rfind("stories", 0) == 0 ? "f32 weights (llama2.c)"
+                                        : "checkpoint formats (FP8 weights, FP4 experts)";
+}
+
 inline void record(const std::string& model, int ranks, int ep, const std::string& features,
             const std::string& result, int dcp = 1, int pp = 1) {
   const char* e = std::getenv("STRATA_SUPPORT_RECORDS");
@@ -60,7 +67,7 @@ inline void record(const std::string& model, int ranks, int ep, const std::strin
       << fmt::format("{{\"model\":\"{}\",\"quantization\":\"{}\",\"ranks\":{},\"dcp\":{},"
                      "\"ep\":{},\"pp\":{},\"backend\":\"Open MPI (mpirun, one node)\","
                      "\"features\":\"{}\",\"result\":\"{}\",\"date\":\"{}\"}}\n",
-                     model, "checkpoint formats (FP8 weights, FP4 experts)", ranks, dcp, ep, pp, features,
+                     model, quantization_of(model), ranks, dcp, ep, pp, features,
                      result, date);
 }
 
@@ -196,9 +203,11 @@ inline void serve_equal_one_rank(const std::string& model, const std::vector<std
 }
 
 // `generate` runs the same calls on every rank: under `mpirun -np 2 ... FLAGS` its output
-// (greedy and seeded sampling, V4.1 and V4) equals one rank's.
-inline void generate_equals_one_rank(const std::string& flags, int tokens) {
-  for (const char* model : {"deepseek-v41-tiny", "deepseek-v4flash-tiny"})
+// (greedy and seeded sampling; V4.1 and V4 unless `models` says) equals one rank's.
+inline void generate_equals_one_rank(
+    const std::string& flags, int tokens,
+    const std::vector<std::string>& models = {"deepseek-v41-tiny", "deepseek-v4flash-tiny"}) {
+  for (const std::string& model : models)
     for (const char* sampling : {"-t 0", "-t 0.8 -s 7"}) {
       const std::string args = fmt::format(
           "generate -m {}/models/{} --prompt-ids 5,9,22,37,41,60,77,81,90,101,3,4,5,6,7,8,9,10 "

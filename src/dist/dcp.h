@@ -6,7 +6,7 @@
 // softmax denominator is sum(exp(z)) + exp(sink)).
 //
 // Records are compressed rows (or index keys) by absolute record index g; both caches of a
-// layer use the same map. Thread safety: pure functions.
+// layer use the same map. For plain KV a record is a chunk of kPlainKvRecordTokens positions. Thread safety: pure functions.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,10 @@
 #include <vector>
 
 namespace strata::dcp {
+
+// A plain-KV (Llama) record: a run of this many positions, the attention's canonical chunk
+// (kernels/attention.h kAttnChunk), so a rank holds whole chunks and computes their partials.
+inline constexpr int64_t kPlainKvRecordTokens = 16;
 
 // Ownership with interleave S over Wd ranks: owner(g) = (g / S) mod Wd; a rank's records are
 // stored densely: local(g) = (g / (S * Wd)) * S + g mod S. global() inverts it.

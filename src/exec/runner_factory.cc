@@ -73,9 +73,6 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   RunnerOptions options = given;
   STRATA_RETURN_IF_ERROR(prepare_runner_tiers(dir, &options));
   if (arch == "LlamaForCausalLM" || arch == "llama") {
-    if (process_dcp_comm())
-      return invalid_argument("{}: decode context parallelism is built for the DeepSeek V4 / V4.1 "
-                              "compressed caches only, not yet for a plain-KV (Llama) model", dir);
     if (process_pipe_comm())
       return invalid_argument("{}: pipeline parallelism is built for the DeepSeek V4 / V4.1 "
                               "forwards only, not yet for a Llama model", dir);

@@ -28,31 +28,33 @@ void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int h
 
 void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T, float* scratch,
                     float* out) {
-  const int64_t nc = attention_chunks(T), stride = hd + 2;
-  for (int64_t c = 0; c < nc; ++c)
-    attention_chunk_partial(q, kv, g, hd, c * kAttnChunk,
-                            std::min(kAttnChunk, T - c * kAttnChunk), scratch + c * stride);
-  attention_merge(scratch, nc, stride, hd, out);
+  if (active_isa() == Isa::kAvx2) {
+    avx2::attention_head(q, kv, g, hd, T, scratch, out);
+  } else {
+    ref::attention_head(q, kv, g, hd, T, scratch, out);
+  }
 }
 
 namespace ref {
 void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd, int64_t r0,
                              int64_t n, float* part) {
   const float denom = std::sqrt(static_cast<float>(hd));
-  float e[kAttnChunk];
+  float e[kAttnChunk] = {};
   float m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
     e[j] = ref::dot(q, kv.k(r0 + j, g, hd), hd) / denom;
     m = std::max(m, e[j]);
   }
-  float z = 0.0f;
-  for (int64_t j = 0; j < n; ++j) z += (e[j] = exp_canonical(e[j] - m));
+  for (int64_t j = 0; j < n; ++j) e[j] = exp_canonical(e[j] - m);
+  float a[8];
+  for (int l = 0; l < 8; ++l) a[l] = e[l] + e[l + 8];
   part[0] = m;
-  part[1] = z;
+  part[1] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
   for (int d = 0; d < hd; ++d) {
-    float a[2] = {0.0f, 0.0f};
-    for (int64_t j = 0; j < n; ++j) a[j & 1] = std::fma(e[j], kv.v(r0 + j, g, hd)[d], a[j & 1]);
-    part[2 + d] = a[0] + a[1];
+    float acc[2] = {0.0f, 0.0f};
+    for (int64_t j = 0; j < n; ++j)
+      acc[j & 1] = std::fma(e[j], kv.v(r0 + j, g, hd)[d], acc[j & 1]);
+    part[2 + d] = acc[0] + acc[1];
   }
 }
 

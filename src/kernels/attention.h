@@ -10,10 +10,11 @@
 //   s_t = dot(q_h, k_{t,g}) / sqrtf(head_dim)     (dot: the canonical 8-lane reduction, matmul.h)
 //   chunk partial (m_c, z_c, U_c[head_dim]):
 //     m_c = max over the chunk of s_t;  e_t = exp(s_t - m_c)   (exp_canonical, activation.h)
-//     z_c = sum of e_t in t order starting from +0
+//     z_c = the canonical 8-lane tree (matmul.h, hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)))
+//           of a_l = e_{c*C+l} + e_{c*C+l+8}, l = 0..7 (a missing position counts +0)
 //     U_c[d] = A_even[d] + A_odd[d], A_* = fma chains e_t * v_{t,g}[d] over the chunk's
 //              even / odd offsets in t order from +0
-//   merge over chunks c = 0..n-1 in order: M = max m_c; w_c = exp(m_c - M);
+//   merge over chunks c = 0..n-1 in order: M = max m_c; w_c = exp(m_c - M) (exp_canonical);
 //     Z = fma chain w_c * z_c from +0; O[d] = fma chain w_c * U_c[d] from +0;
 //     out_h[d] = O[d] / Z
 // The order is a function of T only: the result depends only on q and the cached rows -- not
@@ -27,8 +28,8 @@
 // owns is rows [r0, r0 + n) of that view.
 // Shapes: q, out [head_dim]; partial [head_dim + 2] floats laid out (m, z, U[head_dim]);
 // attention_head's scratch: attention_scratch_floats(T, head_dim) floats.
-// The AVX2 chunk partial needs a chunk inside one block and block_size % 4 == 0 (else the
-// scalar reference runs; same bits).
+// The AVX2 kernels need block_size % 16 == 0 (chunks then never straddle a block); else the
+// scalar reference runs (same bits).
 // Thread safety: pure functions; KV blocks are only read.
 #pragma once
 
@@ -54,7 +55,7 @@ struct KvBlocks {
 
 inline int64_t attention_chunks(int64_t T) { return (T + kAttnChunk - 1) / kAttnChunk; }
 inline int64_t attention_scratch_floats(int64_t T, int head_dim) {
-  return attention_chunks(T) * (head_dim + 2);
+  return attention_chunks(T) * (head_dim + 2 + kAttnChunk);
 }
 
 // The partial of rows [r0, r0 + n) of the view (1 <= n <= kAttnChunk), written to
@@ -81,6 +82,8 @@ void attention_chunk_partial(const float* q, const KvBlocks& kv, int kv_head, in
                              int64_t r0, int64_t n, float* part);
 void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int head_dim,
                      float* out);
+void attention_head(const float* q, const KvBlocks& kv, int kv_head, int head_dim, int64_t T,
+                    float* scratch, float* out);
 }  // namespace avx2
 
 }  // namespace strata::kernels

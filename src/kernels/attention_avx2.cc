@@ -50,47 +50,61 @@ STRATA_AVX2 inline void chunk_values(const float* e, const float* row, int64_t r
   for (int c = 0; c < NC; ++c) _mm256_storeu_ps(U + 8 * c, _mm256_add_ps(acc[0][c], acc[1][c]));
 }
 
-}  // namespace
-
-STRATA_AVX2 void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd,
-                                         int64_t r0, int64_t n, float* part) {
-  const int64_t bs = kv.block_size;
-  if (bs % 4 != 0 || r0 / bs != (r0 + n - 1) / bs || n > kAttnChunk) {
-    ref::attention_chunk_partial(q, kv, g, hd, r0, n, part);
-    return;
-  }
-  const float denom = std::sqrt(static_cast<float>(hd));
-  const int64_t rs = kv.row_stride;
-  const float* kblk = kv.k_blocks[r0 / bs] + (r0 % bs) * rs + int64_t{g} * hd;
-  alignas(32) float e[kAttnChunk];
-  int64_t j = 0;
-  if (hd % 8 == 0) {
-    // Eight positions at once: independent accumulators, then two 4-way canonical sums.
-    for (; j + 8 <= n; j += 8) {
-      const float* blk = kblk + j * rs;
-      __m256 acc[8];
+// Raw dots of rows [r0, r0 + n) of the view (not yet divided), into e[0, n): eight rows
+// at once where the head dim and block allow (independent accumulators, then two 4-way
+// canonical sums), else one at a time.
+STRATA_AVX2 inline void raw_scores(const float* q, const KvBlocks& kv, int g, int hd, int64_t r0,
+                                   int64_t n, float* e) {
+  const int64_t bs = kv.block_size, rs = kv.row_stride;
+  const bool batch8 = hd % 8 == 0 && bs % 8 == 0;
+  int64_t t = r0;
+  const int64_t T = r0 + n;
+  while (t < T) {
+    const float* blk = kv.k_blocks[t / bs] + (t % bs) * rs + int64_t{g} * hd;
+    const int64_t end = std::min(T, (t / bs + 1) * bs);
+    if (batch8) {
+      for (; t + 8 <= end; t += 8, blk += 8 * rs) {
+        __m256 acc[8];
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-      for (int d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+          const __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i)
-          acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(blk + i * rs + d), acc[i]);
+          for (int i = 0; i < 8; ++i)
+            acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(blk + i * rs + d), acc[i]);
+        }
+        _mm_storeu_ps(e + (t - r0), hsum8x4(acc[0], acc[1], acc[2], acc[3]));
+        _mm_storeu_ps(e + (t - r0) + 4, hsum8x4(acc[4], acc[5], acc[6], acc[7]));
       }
-      _mm_storeu_ps(e + j, hsum8x4(acc[0], acc[1], acc[2], acc[3]));
-      _mm_storeu_ps(e + j + 4, hsum8x4(acc[4], acc[5], acc[6], acc[7]));
     }
+    for (; t < end; ++t, blk += rs) e[t - r0] = dot_canonical(q, blk, hd);
   }
-  for (; j < n; ++j) e[j] = dot_canonical(q, kblk + j * rs, hd);
-  float m = -INFINITY;
-  for (j = 0; j < n; ++j) m = std::max(m, e[j] /= denom);
-  for (j = 0; j < n; ++j) e[j] -= m;
-  avx2::exp_inplace(e, n);
-  float z = 0.0f;
-  for (j = 0; j < n; ++j) z += e[j];
-  part[0] = m;
-  part[1] = z;
-  float* U = part + 2;
+}
+
+// One chunk's raw dots e[0, n) (e has kAttnChunk floats) -> s - m with s = dot / denom
+// (e[n, 16) = -inf); returns m.
+STRATA_AVX2 inline float chunk_shift(float* e, int64_t n, __m256 vd) {
+  for (int64_t j = n; j < kAttnChunk; ++j) e[j] = -INFINITY;
+  const __m256 lo = _mm256_div_ps(_mm256_loadu_ps(e), vd);
+  const __m256 hi = _mm256_div_ps(_mm256_loadu_ps(e + 8), vd);
+  __m256 mx = _mm256_max_ps(lo, hi);
+  mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
+  mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+  mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm256_storeu_ps(e, _mm256_sub_ps(lo, mx));
+  _mm256_storeu_ps(e + 8, _mm256_sub_ps(hi, mx));
+  return _mm256_cvtss_f32(mx);
+}
+
+// z of a chunk's weights (e[n, 16) = 0).
+STRATA_AVX2 inline float chunk_z(const float* e) {
+  return hsum8(_mm256_add_ps(_mm256_loadu_ps(e), _mm256_loadu_ps(e + 8)));
+}
+
+// U of rows [r0, r0 + n) (inside one block) with weights e.
+STRATA_AVX2 inline void chunk_u(const float* e, const KvBlocks& kv, int g, int hd, int64_t r0,
+                                int64_t n, float* U) {
+  const int64_t bs = kv.block_size, rs = kv.row_stride;
   const float* vrow = kv.v_blocks[r0 / bs] + (r0 % bs) * rs + int64_t{g} * hd;
   const int hd8 = hd & ~7;
   int d0 = 0;
@@ -98,9 +112,27 @@ STRATA_AVX2 void attention_chunk_partial(const float* q, const KvBlocks& kv, int
   if (d0 < hd8) chunk_values<1>(e, vrow + d0, rs, n, U + d0);
   for (int d = hd8; d < hd; ++d) {
     float a[2] = {0.0f, 0.0f};
-    for (j = 0; j < n; ++j) a[j & 1] = fma1(e[j], vrow[j * rs + d], a[j & 1]);
+    for (int64_t j = 0; j < n; ++j) a[j & 1] = fma1(e[j], vrow[j * rs + d], a[j & 1]);
     U[d] = a[0] + a[1];
   }
+}
+
+}  // namespace
+
+STRATA_AVX2 void attention_chunk_partial(const float* q, const KvBlocks& kv, int g, int hd,
+                                         int64_t r0, int64_t n, float* part) {
+  const int64_t bs = kv.block_size;
+  if (bs % kAttnChunk != 0 || r0 / bs != (r0 + n - 1) / bs || n > kAttnChunk) {
+    ref::attention_chunk_partial(q, kv, g, hd, r0, n, part);
+    return;
+  }
+  alignas(32) float e[kAttnChunk];
+  raw_scores(q, kv, g, hd, r0, n, e);
+  part[0] = chunk_shift(e, n, _mm256_set1_ps(std::sqrt(static_cast<float>(hd))));
+  avx2::exp_inplace(e, kAttnChunk);
+  for (int64_t j = n; j < kAttnChunk; ++j) e[j] = 0.0f;
+  part[1] = chunk_z(e);
+  chunk_u(e, kv, g, hd, r0, n, part + 2);
 }
 
 STRATA_AVX2 void attention_merge(const float* parts, int64_t n_chunks, int64_t stride, int hd,
@@ -110,21 +142,50 @@ STRATA_AVX2 void attention_merge(const float* parts, int64_t n_chunks, int64_t s
   const int hd8 = hd & ~7;
   float Z = 0.0f;
   for (int d = 0; d < hd; ++d) out[d] = 0.0f;
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const float* p = parts + c * stride;
-    const float w = exp_canonical(p[0] - M);
-    Z = fma1(w, p[1], Z);
-    const __m256 wv = _mm256_set1_ps(w);
-    int d = 0;
-    for (; d < hd8; d += 8)
-      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 2 + d),
-                                                _mm256_loadu_ps(out + d)));
-    for (; d < hd; ++d) out[d] = fma1(w, p[2 + d], out[d]);
+  constexpr int64_t kBatch = 64;
+  alignas(32) float w[kBatch];
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += kBatch) {
+    const int64_t nb = std::min(kBatch, n_chunks - c0);
+    for (int64_t i = 0; i < nb; ++i) w[i] = parts[(c0 + i) * stride] - M;
+    avx2::exp_inplace(w, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* p = parts + (c0 + i) * stride;
+      Z = fma1(w[i], p[1], Z);
+      const __m256 wv = _mm256_set1_ps(w[i]);
+      int d = 0;
+      for (; d < hd8; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 2 + d),
+                                                  _mm256_loadu_ps(out + d)));
+      for (; d < hd; ++d) out[d] = fma1(w[i], p[2 + d], out[d]);
+    }
   }
   const __m256 zv = _mm256_set1_ps(Z);
   int d = 0;
   for (; d < hd8; d += 8) _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_loadu_ps(out + d), zv));
   for (; d < hd; ++d) out[d] /= Z;
+}
+
+STRATA_AVX2 void attention_head(const float* q, const KvBlocks& kv, int g, int hd, int64_t T,
+                                float* scratch, float* out) {
+  if (kv.block_size % kAttnChunk != 0) {
+    ref::attention_head(q, kv, g, hd, T, scratch, out);
+    return;
+  }
+  const int64_t nc = attention_chunks(T), pf = hd + 2;
+  float* parts = scratch;
+  float* e = scratch + nc * pf;  // nc * kAttnChunk: raw dots, then each chunk's weights
+  raw_scores(q, kv, g, hd, 0, T, e);
+  const __m256 vd = _mm256_set1_ps(std::sqrt(static_cast<float>(hd)));
+  for (int64_t c = 0; c < nc; ++c)
+    parts[c * pf] = chunk_shift(e + c * kAttnChunk, std::min(kAttnChunk, T - c * kAttnChunk), vd);
+  avx2::exp_inplace(e, nc * kAttnChunk);
+  for (int64_t t = T; t < nc * kAttnChunk; ++t) e[t] = 0.0f;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t r0 = c * kAttnChunk;
+    parts[c * pf + 1] = chunk_z(e + r0);
+    chunk_u(e + r0, kv, g, hd, r0, std::min(kAttnChunk, T - r0), parts + c * pf + 2);
+  }
+  attention_merge(parts, nc, pf, hd, out);
 }
 
 }  // namespace strata::kernels::avx2

@@ -53,18 +53,19 @@ int64_t replay_exact_tokens(const StateGraph& g) {
   return ceil_div(w + (n - 1) * (w - 1), l) * l;
 }
 
-namespace {
-bool dcp_sharded_kind(StateKind k) {
-  return k == StateKind::kCompressedKv || k == StateKind::kIndexKeys;
+RowShard dcp_row_shard(StateKind k, const RowShard& dcp) {
+  if (!dcp.sharded()) return {};
+  if (k == StateKind::kCompressedKv || k == StateKind::kIndexKeys) return dcp;
+  if (k == StateKind::kPlainKv)
+    return RowShard{dcp.rank, dcp.size, dcp.interleave * dcp::kPlainKvRecordTokens};
+  return {};
 }
-}  // namespace
 
 int dcp_block_tokens(const StateGraph& g, const RowShard& dcp) {
   int64_t l = default_block_tokens(g);
-  if (dcp.sharded())
-    for (const auto& o : g.owners())
-      if (dcp_sharded_kind(o.kind) && o.spec.grows())
-        l = std::lcm(l, int64_t{o.spec.ratio} * dcp.interleave * dcp.size);
+  for (const auto& o : g.owners())
+    if (const RowShard sh = dcp_row_shard(o.kind, dcp); sh.sharded() && o.spec.grows())
+      l = std::lcm(l, int64_t{o.spec.ratio} * sh.interleave * sh.size);
   return static_cast<int>(l);
 }
 
@@ -97,11 +98,11 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
     if (s.fixed() && s.rows_fixed == 0) continue;
     if (!on_this_stage(o)) continue;  // another pipeline stage's state
     const int64_t rpb = s.grows() ? block_tokens_ / s.ratio : s.rows_fixed;
-    if (opts_.dcp.sharded() && dcp_sharded_kind(o.kind))
-      STRATA_CHECK_MSG(rpb % (opts_.dcp.interleave * opts_.dcp.size) == 0,
+    if (const RowShard sh = dcp_row_shard(o.kind, opts_.dcp); sh.sharded())
+      STRATA_CHECK_MSG(rpb % (sh.interleave * sh.size) == 0,
                        "block_tokens {}: {} rows per block of {} do not split over {} DCP ranks x "
-                       "interleave {}", block_tokens_, rpb, o.label, opts_.dcp.size,
-                       opts_.dcp.interleave);
+                       "{} rows per ownership run", block_tokens_, rpb, o.label, sh.size,
+                       sh.interleave);
     auto key = std::make_tuple(static_cast<int>(o.kind), s.ratio, rpb, s.row_bytes);
     auto it = key_to_pool.find(key);
     int p;
@@ -130,7 +131,7 @@ CacheManager::CacheManager(const StateGraph& graph, CacheOptions opts)
                               : opts_.max_seqs + (I.snapshots ? opts_.snapshot_slots : 0);
     pi.num_blocks = per_owner * owners_in_pool[p];
     I.pools.emplace_back(pi.num_blocks, pi.rows_per_block, pi.row_bytes, opts_.allocate_storage,
-                         dcp_sharded_kind(pi.kind) ? opts_.dcp : RowShard{});
+                         dcp_row_shard(pi.kind, opts_.dcp));
   }
   // Root of the hash chain: model identity, formats, unit, salt.
   std::string id = fmt::format("{}|u{}|salt{}", graph_.model_name(), block_tokens_,

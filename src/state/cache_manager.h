@@ -81,9 +81,10 @@ struct CacheOptions {
   // fetches and verifies the objects it would restore (a corrupt or foreign one is rejected
   // and the match stops there: those positions are recomputed).
   std::shared_ptr<UnitStore> unit_store;
-  // Decode context parallelism (dist/dcp_comm.h): with size D > 1 the compressed-KV and
-  // index-key pools store only this rank's records (BlockPool's RowShard: record g of a
-  // sequence is rank (g / S) mod D's), so their blocks hold 1/D of the rows. The default
+  // Decode context parallelism (dist/dcp_comm.h): with size D > 1 the compressed-KV,
+  // index-key and plain-KV pools store only this rank's records (BlockPool's RowShard: record
+  // g of a sequence is rank (g / S) mod D's; a plain-KV record is a run of
+  // dcp::kPlainKvRecordTokens positions, dcp_row_shard), so their blocks hold 1/D of the rows. The default
   // block_tokens then also makes every such pool's rows per block a multiple of S * D
   // (dcp_block_tokens); an explicit block_tokens that does not is a CHECK failure.
   RowShard dcp;
@@ -100,6 +101,11 @@ struct CacheOptions {
   // the hit's first block, once per block). A deliberately broken restore; -1 = off.
   int debug_perturb_restore_kind = -1;
 };
+
+// The row-level shard of an owner kind's pool under `dcp` (interleave S in records): compressed
+// KV and index keys S rows per run, plain KV S * dcp::kPlainKvRecordTokens rows; every other
+// kind (windows, compressor state, Engram history...) replicated: RowShard{}.
+RowShard dcp_row_shard(StateKind kind, const RowShard& dcp);
 
 // The default block_tokens under DCP: default_block_tokens(g), raised to a multiple of
 // ratio * S * D for every compressed-KV / index-key ratio (so each block starts an ownership

@@ -94,8 +94,8 @@ int64_t dcp_rank_bytes(const StateGraph& g, StateKind kind, Stage stage, int64_t
     if (o.kind != kind || o.stage != stage) continue;
     if (o.spec.grows()) {
       const int64_t rows = n_tokens / o.spec.ratio;
-      const bool sharded = kind == StateKind::kCompressedKv || kind == StateKind::kIndexKeys;
-      b += o.spec.row_bytes * (sharded ? dcp::owned_count(rows, rank, S, dcp) : rows);
+      const RowShard sh = dcp_row_shard(kind, RowShard{rank, dcp, S});
+      b += o.spec.row_bytes * (sh.sharded() ? dcp::owned_count(rows, rank, sh.interleave, dcp) : rows);
     } else if (o.spec.fixed()) {
       b += o.spec.bytes_per_request();
     }
@@ -106,16 +106,17 @@ int64_t dcp_rank_bytes(const StateGraph& g, StateKind kind, Stage stage, int64_t
 namespace {
 // The DCP section of the text report: per kind, one rank's bytes and each DCP rank's.
 std::string dcp_text(const StateGraph& g, int D, int64_t S) {
-  bool sharded = false;
-  for (const auto& o : g.owners())
-    sharded |= o.kind == StateKind::kCompressedKv || o.kind == StateKind::kIndexKeys;
-  if (!sharded)
-    return fmt::format("decode context parallelism over {} ranks: not built for this model (it "
-                       "has no compressed KV or index keys; plain-KV DCP is not built yet)\n", D);
-  std::string s = fmt::format(
-      "decode context parallelism over {} ranks, interleave {}: compressed_kv and index_keys "
-      "owner-sharded by record (rank (g / {}) mod {}), every other kind replicated; bytes per "
-      "request (rows, before block rounding):\n", D, S, S, D);
+  bool plain = false;
+  for (const auto& o : g.owners()) plain |= o.kind == StateKind::kPlainKv;
+  std::string s =
+      plain ? fmt::format("decode context parallelism over {} ranks, interleave {}: plain_kv "
+                          "owner-sharded by record of {} positions (rank (g / {}) mod {}); bytes "
+                          "per request (rows, before block rounding):\n",
+                          D, S, dcp::kPlainKvRecordTokens, S, D)
+            : fmt::format("decode context parallelism over {} ranks, interleave {}: compressed_kv "
+                          "and index_keys owner-sharded by record (rank (g / {}) mod {}), every "
+                          "other kind replicated; bytes per request (rows, before block "
+                          "rounding):\n", D, S, S, D);
   for (int64_t n : {int64_t{131072}, int64_t{1048576}}) {
     s += fmt::format("  at {} tokens:\n    {:<8} {:<22} {:>14}", n, "stage", "kind", "one rank");
     for (int r = 0; r < D; ++r) s += fmt::format(" {:>14}", fmt::format("rank {}", r));

@@ -74,11 +74,6 @@ std::string step_skip_reason(const MatrixContext& c, int step, std::string* stat
     *status = "unavailable";
     return "mpirun is not installed (scripts/setup.sh installs openmpi-bin)";
   }
-  if (step == 5 && !deepseek) {
-    *status = "not_built";
-    return "decode context parallelism is built for the DeepSeek V4 / V4.1 compressed caches "
-           "only, not for a plain-KV model";
-  }
   if (step == 10 && !deepseek) {
     *status = "not_built";
     return "pipeline parallelism is built for the DeepSeek V4 / V4.1 forwards only, not for a "
@@ -145,7 +140,9 @@ StatusOr<Deployment> start_step(const MatrixContext& c, int step) {
     case 5:
       STRATA_RETURN_IF_ERROR(serve({"--decode-context-parallel-size", "2"}, "serve", kMpirun, false));
       d.parallel = parallel(1, 2, "colocated");
-      two_ranks_sharded("under DCP each rank holds a share of the compressed rows");
+      two_ranks_sharded(c.architecture == "deepseek"
+                            ? "under DCP each rank holds a share of the compressed rows"
+                            : "under DCP each rank holds a share of the KV rows");
       break;
     case 6: {
       d.redis = std::make_shared<RedisTestServer>();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "dist/dcp.h"
 #include "state/cache_manager.h"
 #include "state/handoff.h"
 #include "state/state_graph.h"
@@ -36,6 +37,7 @@ LlamaKvState::LlamaKvState(const Options& o) : o_(o) {
   co.prefix_cache = o.prefix_cache;
   co.prefix_salt = o.salt;
   co.unit_store = o.unit_store;
+  co.dcp = o.dcp;
   cm_ = std::make_unique<CacheManager>(*graph_, co);
   owner_of_layer_.resize(o.n_layers);
   for (int l = 0; l < o.n_layers; ++l) {
@@ -122,8 +124,12 @@ void LlamaKvState::refresh_ptrs(int64_t seq, Seq& s) {
     while (static_cast<int64_t>(s.k_ptrs[l].size()) < nb) {
       const int64_t b = static_cast<int64_t>(s.k_ptrs[l].size());
       // Plain-KV f32 rows are the kernels' floats; a block's rows are contiguous.
+      // Under DCP the block's first stored row is this rank's first run (every block starts
+      // an ownership period).
+      const int64_t first = b * unit() + int64_t{o_.dcp.rank} * o_.dcp.interleave *
+                                             (o_.dcp.sharded() ? dcp::kPlainKvRecordTokens : 0);
       const float* base =
-          reinterpret_cast<const float*>(cm_->raw_row(seq, owner_of_layer_[l], b * unit()));
+          reinterpret_cast<const float*>(cm_->raw_row(seq, owner_of_layer_[l], first));
       s.k_ptrs[l].push_back(base);
       s.v_ptrs[l].push_back(base + kv_dim_);
     }
@@ -198,7 +204,13 @@ Status LlamaKvState::begin_step(const std::vector<int64_t>& seqs,
   return ok_status();
 }
 
+bool LlamaKvState::owns(int64_t pos) const {
+  return !o_.dcp.sharded() ||
+         dcp::owner(pos / dcp::kPlainKvRecordTokens, o_.dcp.interleave, o_.dcp.size) == o_.dcp.rank;
+}
+
 void LlamaKvState::write_kv(int64_t seq, int layer, int64_t pos, const float* k, const float* v) {
+  if (!owns(pos)) return;
   std::copy(k, k + kv_dim_, row_.data());
   std::copy(v, v + kv_dim_, row_.data() + kv_dim_);
   cm_->write_row(seq, owner_of_layer_[layer], pos, row_.data());
@@ -206,7 +218,8 @@ void LlamaKvState::write_kv(int64_t seq, int layer, int64_t pos, const float* k,
 
 kernels::KvBlocks LlamaKvState::view(int64_t seq, int layer) const {
   const Seq& s = seqs_.at(seq);
-  return kernels::KvBlocks{s.k_ptrs[layer].data(), s.v_ptrs[layer].data(), unit(), 2 * kv_dim_};
+  return kernels::KvBlocks{s.k_ptrs[layer].data(), s.v_ptrs[layer].data(),
+                           unit() / o_.dcp.size, 2 * kv_dim_};
 }
 
 void LlamaKvState::end_step() {
@@ -252,6 +265,9 @@ Status LlamaKvState::export_state(int64_t seq, int64_t from_pos, std::span<const
   if (it == seqs_.end()) return invalid_argument("export: unknown sequence {}", seq);
   if (static_cast<int64_t>(ids.size()) != it->second.length)
     return invalid_argument("export: {} ids for {} positions", ids.size(), it->second.length);
+  if (o_.dcp.sharded())
+    return unimplemented("export: a handed-off state from a decode-context-parallel rank (it "
+                         "holds 1/{} of the KV) is not supported", o_.dcp.size);
   if (!it->second.started) {
     *out = HandoffState{};
     return ok_status();
@@ -284,7 +300,7 @@ Status LlamaKvState::import_state(int64_t seq, std::span<const int32_t> tokens,
 }
 
 std::vector<LlamaKvUsage> LlamaKvState::usage() const {
-  const int64_t tb_bytes = int64_t{o_.n_layers} * unit() * 2 * kv_dim_ * 4;
+  const int64_t tb_bytes = int64_t{o_.n_layers} * unit() * 2 * kv_dim_ * 4 / o_.dcp.size;
   std::vector<LlamaKvUsage> u;
   u.push_back({"kv", running_blocks() * tb_bytes, ceil_div(o_.capacity_tokens, unit()) * tb_bytes});
   if (o_.prefix_cache)

@@ -20,6 +20,10 @@
 // usage(): "kv" = blocks held by requests (0 when none runs), "kv_prefix_cache" = blocks held
 // by cache entries (some may also be held by requests).
 //
+// Decode context parallelism (Options::dcp): the pool stores only this rank's records (runs of
+// dcp::kPlainKvRecordTokens positions, dist/dcp.h), each block 1/D of the rows; the runner
+// merges the ranks' chunk partials (kernels/attention.h). PD export is refused under DCP.
+//
 // Sequence ids are plain int64 (the state module's CacheSeqId; model_runner.h's SeqId wraps
 // the same value).
 // Errors: begin_step returns ResourceExhausted (pool short) / OutOfRange (context) /
@@ -36,6 +40,7 @@
 
 #include "base/status.h"
 #include "kernels/attention.h"
+#include "state/block_pool.h"
 
 namespace strata {
 
@@ -61,6 +66,9 @@ class LlamaKvState {
     std::string identity;         // model identity for the hash root (name, config, weights)
     uint64_t salt = 0;
     std::shared_ptr<UnitStore> unit_store;  // tiers below the working pool (null = none)
+    // Decode context parallelism: this rank's share (interleave in records of
+    // dcp::kPlainKvRecordTokens positions); size 1 = every position.
+    RowShard dcp;
   };
   explicit LlamaKvState(const Options& o);
   ~LlamaKvState();
@@ -71,7 +79,11 @@ class LlamaKvState {
   void release(int64_t seq);
   int64_t length(int64_t seq) const;
   int64_t capacity_left(int64_t seq) const;
-  int64_t bytes_per_token() const { return int64_t{o_.n_layers} * 2 * kv_dim_ * 4; }
+  // KV bytes one position takes on this rank (under DCP: the average share, 1/D of a row).
+  int64_t bytes_per_token() const { return int64_t{o_.n_layers} * 2 * kv_dim_ * 4 / o_.dcp.size; }
+  const RowShard& dcp() const { return o_.dcp; }
+  // Whether this rank stores position pos (always without DCP).
+  bool owns(int64_t pos) const;
 
   // Prefix hit for a sequence that has not stepped yet; returns the positions now in state.
   int64_t attach_prefix(int64_t seq, std::span<const int32_t> tokens);
@@ -81,6 +93,9 @@ class LlamaKvState {
   // with view(), then call end_step().
   Status begin_step(const std::vector<int64_t>& seqs,
                     const std::vector<std::span<const int32_t>>& tokens);
+  // write_kv ignores a position another DCP rank owns. view() holds this rank's rows only,
+  // densely (row dcp::local_index(pos / kPlainKvRecordTokens ...): the records it owns, in
+  // order), so under DCP a chunk c this rank owns is rows [local_index(c) * 16, ...) of it.
   void write_kv(int64_t seq, int layer, int64_t pos, const float* k, const float* v);
   kernels::KvBlocks view(int64_t seq, int layer) const;
   void end_step();

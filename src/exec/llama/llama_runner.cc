@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "exec/llama/llama_dcp_attention.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/norm.h"
@@ -38,6 +39,8 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
   k.prefix_cache = o.enable_prefix_caching;
   // With a checkpoint fingerprint (tiers) the files are the identity, not their path, so
   // servers on copies of the checkpoint share units.
+  if (const std::shared_ptr<DcpComm> d = process_dcp_comm(); d && d->size() > 1)
+    k.dcp = RowShard{d->rank(), d->size(), d->interleave()};
   k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}",
                            o.prefix_salt ? std::string("fp") : m.dir(), c.num_hidden_layers,
                            c.hidden_size, c.num_key_value_heads, c.head_dim, c.vocab_size);
@@ -48,7 +51,8 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
 LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const RunnerOptions& options)
     : model_(std::move(model)),
       pool_(std::make_unique<ThreadPool>(options.threads)),
-      kv_(kv_options(*model_, options)) {
+      kv_(kv_options(*model_, options)),
+      dcp_(kv_.dcp().sharded() ? process_dcp_comm() : nullptr) {
   const LlamaConfig& c = model_->config();
   info_.name = options.name.empty()
                    ? std::filesystem::path(model_->dir()).lexically_normal().filename().string()
@@ -192,7 +196,12 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
                                 scratch.data(), att_.data() + r * qd + h * hd);
       }
     };
-    if (M * nh * max_t * hd < (int64_t{1} << 18)) {  // small: not worth waking workers
+    if (dcp_) {
+      dcp_attention(*dcp_, DcpAttentionShape{M, static_cast<int>(nh), static_cast<int>(group),
+                                             static_cast<int>(hd)},
+                    views, row_item.data(), row_pos.data(), q_.data(), pool, &dcp_buf_,
+                    att_.data());
+    } else if (M * nh * max_t * hd < (int64_t{1} << 18)) {  // small: not worth waking workers
       attend(0, M * nh);
     } else {
       pool->parallel_for(M * nh, attend);

@@ -9,6 +9,9 @@
 // writes and attention are per token (each token attends to its own sequence's positions
 // 0..pos). All kernels are batch- and thread-count-invariant, so a token's logits are
 // bit-identical whether it is decoded alone, in a batch or inside a prefill chunk.
+// Decode context parallelism (process_dcp_comm(), `mpirun -np D ... --decode-context-parallel-size
+// D`): each rank stores the KV of its position records and the ranks merge their attention
+// chunk partials (exec/llama/llama_dcp_attention.h): logits bit-identical to one rank.
 // KV lives in the state graph's CacheManager (plain_kv owner per layer) through
 // LlamaKvState (exec/llama/llama_kv_state.h), read in place by the attention kernels; the prefix
 // cache shares full blocks of `prefix_alignment()` tokens between requests (refcounted).
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "dist/dcp_comm.h"
 #include "exec/model_runner.h"
 #include "exec/llama/llama_kv_state.h"
 #include "exec/runner_factory.h"
@@ -78,8 +82,10 @@ class LlamaRunner : public ModelRunner {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<ThreadPool> pool_;
   LlamaKvState kv_;
+  std::shared_ptr<DcpComm> dcp_;  // decode context parallelism (null: one rank)
   ModelInfo info_;
   // Step scratch (grown on demand).
+  std::vector<float> dcp_buf_;
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_;
 };
 
