@@ -3,7 +3,8 @@
 // rank (exec/stage_carry.h). `validate golden` on both golden sets gives one rank's report and
 // logits digest (every logits row bit for bit) with 2 and 3 stages, canonical and reference
 // call shapes and chunked prefill, twice in a row; the server (plain and with the model's
-// drafter) and `generate` answer as one rank; layouts not built are refused at startup.
+// drafter) and `generate` answer as one rank -- Llama (stories260K) too; layouts not built are
+// refused at startup.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -74,6 +75,21 @@ TEST(MpiPipeline, GenerateEqualsOneRank) {
   generate_equals_one_rank("--pipeline-parallel-size 2", 40);
 }
 
+// Llama: the residual rows cross the boundary (5 layers: 2 + 3 and 1 + 2 + 2), prefill in
+// microbatches of the step's rows.
+TEST(MpiPipeline, ServerAnswersAsOneRankLlama) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  serve_equal_one_rank("stories260K", {"--pipeline-parallel-size", "2"}, kLens,
+                       {2, 1, 1, "serve (greedy, batched), PP", 2});
+  serve_equal_one_rank("stories260K", {"--pipeline-parallel-size", "3"}, kLens,
+                       {3, 1, 1, "serve (greedy, batched), PP", 3});
+}
+
+TEST(MpiPipeline, GenerateEqualsOneRankLlama) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  generate_equals_one_rank("--pipeline-parallel-size 2", 200, {"stories260K"});
+}
+
 // Layouts the engine does not run are refused at startup with a message naming the fix.
 TEST(MpiPipeline, UnsupportedLayoutsAreRefused) {
   const std::string golden = fmt::format(
@@ -93,10 +109,6 @@ TEST(MpiPipeline, UnsupportedLayoutsAreRefused) {
   EXPECT_NE(out.find("the stages span every rank (pass 2)"), std::string::npos) << out;
   EXPECT_NE(mpi(2, golden + " --pipeline-parallel-size 2 --enable-expert-parallel"), 0);
   EXPECT_NE(out.find("not combined with --enable-expert-parallel"), std::string::npos) << out;
-  EXPECT_NE(mpi(2, fmt::format("generate -m {}/models/stories260K --prompt-ids 1,2,3 -n 2 "
-                               "--pipeline-parallel-size 2", src_dir())),
-            0);
-  EXPECT_NE(out.find("not yet for a Llama model"), std::string::npos) << out;
   // The state digests need every row on rank 0.
   EXPECT_NE(mpi(2, fmt::format("serve --model {}/models/deepseek-v41-tiny --port 0 "
                                "--pipeline-parallel-size 2 --debug-state-digests", src_dir())),
@@ -108,6 +120,10 @@ TEST(MpiPipeline, UnsupportedLayoutsAreRefused) {
                                "-n 2 --pipeline-parallel-size 8", src_dir())),
             0);
   EXPECT_NE(out.find("exceeds the model's 7 layers"), std::string::npos) << out;
+  EXPECT_NE(mpi(6, fmt::format("generate -m {}/models/stories260K --prompt-ids 1,2,3 -n 2 "
+                               "--pipeline-parallel-size 6", src_dir())),
+            0);
+  EXPECT_NE(out.find("exceeds the model's 5 layers"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -73,9 +73,6 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   RunnerOptions options = given;
   STRATA_RETURN_IF_ERROR(prepare_runner_tiers(dir, &options));
   if (arch == "LlamaForCausalLM" || arch == "llama") {
-    if (process_pipe_comm())
-      return invalid_argument("{}: pipeline parallelism is built for the DeepSeek V4 / V4.1 "
-                              "forwards only, not yet for a Llama model", dir);
     if (!options.debug_perturb_restore.empty())
       return invalid_argument("--debug-perturb-restore is built for the DeepSeek V4 / V4.1 runners");
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));

@@ -69,15 +69,9 @@ void Deployment::stop() {
 }
 
 std::string step_skip_reason(const MatrixContext& c, int step, std::string* status) {
-  const bool deepseek = c.architecture == "deepseek";
   if ((step == 5 || step == 7 || step == 10) && !have_mpirun()) {
     *status = "unavailable";
     return "mpirun is not installed (scripts/setup.sh installs openmpi-bin)";
-  }
-  if (step == 10 && !deepseek) {
-    *status = "not_built";
-    return "pipeline parallelism is built for the DeepSeek V4 / V4.1 forwards only, not for a "
-           "Llama model";
   }
   if (step == 7 && !c.has_experts) {
     *status = "not_applicable";

@@ -38,6 +38,7 @@ LlamaKvState::LlamaKvState(const Options& o) : o_(o) {
   co.prefix_salt = o.salt;
   co.unit_store = o.unit_store;
   co.dcp = o.dcp;
+  co.stage = o.stage;
   cm_ = std::make_unique<CacheManager>(*graph_, co);
   owner_of_layer_.resize(o.n_layers);
   for (int l = 0; l < o.n_layers; ++l) {
@@ -82,7 +83,7 @@ int64_t LlamaKvState::capacity_left(int64_t seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return 0;
   const Seq& s = it->second;
-  const int64_t u = unit(), L = o_.n_layers;
+  const int64_t u = unit(), L = layers_here();
   const int64_t slack = ceil_div(s.length, u) * u - s.length;
   const int64_t running = running_blocks();
   // Blocks the pool can still give: free ones plus cache-only ones (evictable). Blocks shared
@@ -121,6 +122,7 @@ void LlamaKvState::start(int64_t seq, Seq& s, std::span<const int32_t> prompt, b
 void LlamaKvState::refresh_ptrs(int64_t seq, Seq& s) {
   const int64_t nb = ceil_div(cm_->num_computed(seq), unit());
   for (int l = 0; l < o_.n_layers; ++l) {
+    if (!on_stage(l)) continue;  // another pipeline stage's layer: no storage here
     while (static_cast<int64_t>(s.k_ptrs[l].size()) < nb) {
       const int64_t b = static_cast<int64_t>(s.k_ptrs[l].size());
       // Plain-KV f32 rows are the kernels' floats; a block's rows are contiguous.
@@ -300,13 +302,13 @@ Status LlamaKvState::import_state(int64_t seq, std::span<const int32_t> tokens,
 }
 
 std::vector<LlamaKvUsage> LlamaKvState::usage() const {
-  const int64_t tb_bytes = int64_t{o_.n_layers} * unit() * 2 * kv_dim_ * 4 / o_.dcp.size;
+  const int64_t tb_bytes = int64_t{layers_here()} * unit() * 2 * kv_dim_ * 4 / o_.dcp.size;
   std::vector<LlamaKvUsage> u;
   u.push_back({"kv", running_blocks() * tb_bytes, ceil_div(o_.capacity_tokens, unit()) * tb_bytes});
   if (o_.prefix_cache)
     // Cached blocks may occupy any block of the shared pool not held by a running request.
     u.push_back({"kv_prefix_cache", cm_->num_cache_entries() * tb_bytes,
-                 cm_->total_blocks() / o_.n_layers * tb_bytes});
+                 cm_->total_blocks() / layers_here() * tb_bytes});
   return u;
 }
 

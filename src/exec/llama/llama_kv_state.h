@@ -69,6 +69,8 @@ class LlamaKvState {
     // Decode context parallelism: this rank's share (interleave in records of
     // dcp::kPlainKvRecordTokens positions); size 1 = every position.
     RowShard dcp;
+    // Pipeline parallelism: this rank's layers (other layers' KV has no storage here).
+    StageLayers stage;
   };
   explicit LlamaKvState(const Options& o);
   ~LlamaKvState();
@@ -79,8 +81,14 @@ class LlamaKvState {
   void release(int64_t seq);
   int64_t length(int64_t seq) const;
   int64_t capacity_left(int64_t seq) const;
-  // KV bytes one position takes on this rank (under DCP: the average share, 1/D of a row).
-  int64_t bytes_per_token() const { return int64_t{o_.n_layers} * 2 * kv_dim_ * 4 / o_.dcp.size; }
+  // KV bytes one position takes on this rank (under DCP: the average share, 1/D of a row;
+  // under PP: this stage's layers).
+  int64_t bytes_per_token() const { return int64_t{layers_here()} * 2 * kv_dim_ * 4 / o_.dcp.size; }
+  // Pipeline parallelism: whether this rank stores layer l's KV, and how many layers it stores.
+  bool on_stage(int l) const {
+    return !o_.stage.split() || (l >= o_.stage.begin && l < o_.stage.end);
+  }
+  int layers_here() const { return o_.stage.split() ? o_.stage.end - o_.stage.begin : o_.n_layers; }
   const RowShard& dcp() const { return o_.dcp; }
   // Whether this rank stores position pos (always without DCP).
   bool owns(int64_t pos) const;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "base/byte_msg.h"
 #include "exec/llama/llama_dcp_attention.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -15,10 +16,20 @@ namespace strata {
 StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::create(const std::string& dir,
                                                            const RunnerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto model, LlamaModel::load(dir, options.progress));
+  if (const std::shared_ptr<PipeComm> p = process_pipe_comm();
+      p && p->size() > model->config().num_hidden_layers)
+    return invalid_argument("{}: --pipeline-parallel-size {} exceeds the model's {} layers", dir,
+                            p->size(), model->config().num_hidden_layers);
   return std::make_unique<LlamaRunner>(std::move(model), options);
 }
 
 namespace {
+// The process's pipeline communicator when it splits this model (null: one stage).
+std::shared_ptr<PipeComm> pipe_of(const LlamaModel& m) {
+  std::shared_ptr<PipeComm> p = process_pipe_comm();
+  return p && p->size() > 1 && p->size() <= m.config().num_hidden_layers ? p : nullptr;
+}
+
 int64_t kv_tokens(const LlamaModel& m, const RunnerOptions& o) {
   return o.kv_cache_tokens > 0 ? o.kv_cache_tokens : 4 * m.config().max_position_embeddings;
 }
@@ -41,6 +52,10 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
   // servers on copies of the checkpoint share units.
   if (const std::shared_ptr<DcpComm> d = process_dcp_comm(); d && d->size() > 1)
     k.dcp = RowShard{d->rank(), d->size(), d->interleave()};
+  if (const std::shared_ptr<PipeComm> p = pipe_of(m)) {
+    const PipeStage st = pipe_stage(p.get(), static_cast<int>(c.num_hidden_layers));
+    k.stage = StageLayers{st.begin, st.end, static_cast<int>(c.num_hidden_layers)};
+  }
   k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}",
                            o.prefix_salt ? std::string("fp") : m.dir(), c.num_hidden_layers,
                            c.hidden_size, c.num_key_value_heads, c.head_dim, c.vocab_size);
@@ -52,7 +67,8 @@ LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const RunnerOptions&
     : model_(std::move(model)),
       pool_(std::make_unique<ThreadPool>(options.threads)),
       kv_(kv_options(*model_, options)),
-      dcp_(kv_.dcp().sharded() ? process_dcp_comm() : nullptr) {
+      dcp_(kv_.dcp().sharded() ? process_dcp_comm() : nullptr),
+      pipe_(pipe_of(*model_)) {
   const LlamaConfig& c = model_->config();
   info_.name = options.name.empty()
                    ? std::filesystem::path(model_->dir()).lexically_normal().filename().string()
@@ -94,6 +110,30 @@ int64_t LlamaRunner::prefill_flops_per_token() const {
     for (const kernels::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       n += w->rows * w->cols;
   return 2 * n;
+}
+
+std::vector<uint8_t> LlamaRunner::put_rows(int64_t r0, int64_t r1, int next_layer) const {
+  const int64_t d = model_->config().hidden_size;
+  ByteMsg m;
+  m.put<int64_t>(r0);
+  m.put<int64_t>(r1);
+  m.put<int32_t>(next_layer);
+  m.put_span<float>(std::span<const float>(x_.data() + r0 * d, static_cast<size_t>((r1 - r0) * d)));
+  return std::move(m.b);
+}
+
+void LlamaRunner::take_rows(std::vector<uint8_t> bytes, int64_t r0, int64_t r1, int next_layer) {
+  const int64_t d = model_->config().hidden_size;
+  ByteMsg m;
+  m.b = std::move(bytes);
+  const int64_t a = m.get<int64_t>(), b = m.get<int64_t>();
+  const int32_t layer = m.get<int32_t>();
+  STRATA_CHECK_MSG(a == r0 && b == r1 && layer == next_layer,
+                   "pipeline: received rows [{}, {}) before layer {}, expected [{}, {}) before "
+                   "layer {} (the stages ran different calls)", a, b, layer, r0, r1, next_layer);
+  const std::vector<float> v = m.get_vec<float>();
+  STRATA_CHECK(static_cast<int64_t>(v.size()) == (r1 - r0) * d);
+  std::copy(v.begin(), v.end(), x_.begin() + r0 * d);
 }
 
 Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* logits) {
@@ -154,7 +194,8 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
   grow(rope_cos_, M * half);
   grow(rope_sin_, M * half);
 
-  {
+  const PipeStage st = pipe_stage(pipe_.get(), static_cast<int>(c.num_hidden_layers));
+  if (st.first) {
     int64_t r = 0;
     for (const StepItem& it : items)
       for (int32_t t : it.tokens) model_->embedding().row_to_f32(t, x_.data() + (r++) * d);
@@ -167,15 +208,23 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
   const float eps = static_cast<float>(c.rms_norm_eps);
   ThreadPool* pool = pool_.get();
   const int64_t group = nh / nkv;
-  int64_t max_t = 0;
-  for (int64_t r = 0; r < M; ++r) max_t = std::max(max_t, row_pos[r] + 1);
 
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  // Layer l over rows [r0, r1) of the step (a row's result does not depend on which rows share
+  // the call: every kernel is batch-invariant, so pipeline microbatches keep the bits).
+  auto layer_rows = [&](int64_t l, int64_t r0, int64_t r1) {
     const LlamaLayerWeights& L = model_->layers()[l];
-    kernels::rmsnorm_rows(x_.data(), M, L.attn_norm.data(), d, eps, xn_.data());
-    kernels::matmul_multi(xn_.data(), M, {&L.wq, &L.wk, &L.wv}, {q_.data(), k_.data(), v_.data()},
-                          pool);
-    for (int64_t r = 0; r < M; ++r) {
+    const int64_t n = r1 - r0;
+    float* x = x_.data() + r0 * d;
+    float* xn = xn_.data() + r0 * d;
+    float* q = q_.data() + r0 * qd;
+    float* k = k_.data() + r0 * kvd;
+    float* v = v_.data() + r0 * kvd;
+    float* att = att_.data() + r0 * qd;
+    float* tmp = tmp_.data() + r0 * d;
+    kernels::rmsnorm_rows(x, n, L.attn_norm.data(), d, eps, xn);
+    kernels::matmul_multi(xn, n, {&L.wq, &L.wk, &L.wv}, {q, k, v}, pool);
+    int64_t max_t = 0;
+    for (int64_t r = r0; r < r1; ++r) {
       const float* cs = rope_cos_.data() + r * half;
       const float* sn = rope_sin_.data() + r * half;
       kernels::rope_apply(q_.data() + r * qd, static_cast<int>(nh), static_cast<int>(hd), cs, sn,
@@ -184,36 +233,54 @@ Status LlamaRunner::step(std::span<const StepItem> items, std::vector<float>* lo
                           rope_style);
       kv_.write_kv(items[row_item[r]].seq.value, static_cast<int>(l), row_pos[r],
                    k_.data() + r * kvd, v_.data() + r * kvd);
+      max_t = std::max(max_t, row_pos[r] + 1);
     }
     std::vector<kernels::KvBlocks> views(items.size());
     for (size_t i = 0; i < items.size(); ++i) views[i] = kv_.view(items[i].seq.value, static_cast<int>(l));
     auto attend = [&](int64_t t0, int64_t t1) {
       std::vector<float> scratch(kernels::attention_scratch_floats(max_t, static_cast<int>(hd)));
       for (int64_t task = t0; task < t1; ++task) {
-        const int64_t r = task / nh, h = task % nh;
+        const int64_t r = r0 + task / nh, h = task % nh;
         kernels::attention_head(q_.data() + r * qd + h * hd, views[row_item[r]],
                                 static_cast<int>(h / group), static_cast<int>(hd), row_pos[r] + 1,
                                 scratch.data(), att_.data() + r * qd + h * hd);
       }
     };
     if (dcp_) {
-      dcp_attention(*dcp_, DcpAttentionShape{M, static_cast<int>(nh), static_cast<int>(group),
+      dcp_attention(*dcp_, DcpAttentionShape{n, static_cast<int>(nh), static_cast<int>(group),
                                              static_cast<int>(hd)},
-                    views, row_item.data(), row_pos.data(), q_.data(), pool, &dcp_buf_,
-                    att_.data());
-    } else if (M * nh * max_t * hd < (int64_t{1} << 18)) {  // small: not worth waking workers
-      attend(0, M * nh);
+                    views, row_item.data() + r0, row_pos.data() + r0, q, pool, &dcp_buf_, att);
+    } else if (n * nh * max_t * hd < (int64_t{1} << 18)) {  // small: not worth waking workers
+      attend(0, n * nh);
     } else {
-      pool->parallel_for(M * nh, attend);
+      pool->parallel_for(n * nh, attend);
     }
-    kernels::matmul(att_.data(), M, L.wo, tmp_.data(), pool);
-    for (int64_t i = 0; i < M * d; ++i) x_[i] += tmp_[i];
+    kernels::matmul(att, n, L.wo, tmp, pool);
+    for (int64_t i = 0; i < n * d; ++i) x[i] += tmp[i];
 
-    kernels::rmsnorm_rows(x_.data(), M, L.ffn_norm.data(), d, eps, xn_.data());
-    kernels::matmul_multi(xn_.data(), M, {&L.w_gate, &L.w_up}, {gate_.data(), up_.data()}, pool);
-    kernels::swiglu(gate_.data(), up_.data(), M * ffn);
-    kernels::matmul(gate_.data(), M, L.w_down, tmp_.data(), pool);
-    for (int64_t i = 0; i < M * d; ++i) x_[i] += tmp_[i];
+    kernels::rmsnorm_rows(x, n, L.ffn_norm.data(), d, eps, xn);
+    float* gate = gate_.data() + r0 * ffn;
+    float* up = up_.data() + r0 * ffn;
+    kernels::matmul_multi(xn, n, {&L.w_gate, &L.w_up}, {gate, up}, pool);
+    kernels::swiglu(gate, up, n * ffn);
+    kernels::matmul(gate, n, L.w_down, tmp, pool);
+    for (int64_t i = 0; i < n * d; ++i) x[i] += tmp[i];
+  };
+
+  // Pipeline parallelism: this rank's layers, microbatch by microbatch, the residual rows
+  // received from the stage before and sent to the one after (the next microbatch's work
+  // overlaps the transfer); the last stage's rows then reach every rank for the head.
+  const int64_t nmb = st.split() ? pp_microbatches(M, pipe_->size()) : 1;
+  for (int64_t mb = 0; mb < nmb; ++mb) {
+    const int64_t r0 = M * mb / nmb, r1 = M * (mb + 1) / nmb;
+    if (!st.first) take_rows(pipe_->recv_prev(), r0, r1, st.begin);
+    for (int64_t l = st.begin; l < st.end; ++l) layer_rows(l, r0, r1);
+    if (!st.last) pipe_->send_next(put_rows(r0, r1, st.end));
+  }
+  if (st.split()) {
+    std::vector<uint8_t> all = st.last ? put_rows(0, M, st.end) : std::vector<uint8_t>{};
+    pipe_->bcast_from_last(&all);
+    if (!st.last) take_rows(std::move(all), 0, M, static_cast<int>(c.num_hidden_layers));
   }
 
   // ---- Logits for the last token of each item that wants them. ----

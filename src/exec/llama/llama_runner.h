@@ -12,6 +12,12 @@
 // Decode context parallelism (process_dcp_comm(), `mpirun -np D ... --decode-context-parallel-size
 // D`): each rank stores the KV of its position records and the ranks merge their attention
 // chunk partials (exec/llama/llama_dcp_attention.h): logits bit-identical to one rank.
+// Pipeline parallelism (process_pipe_comm(), `--pipeline-parallel-size P`): stage r runs layers
+// [pp_layer_begin(r), pp_layer_begin(r + 1)) over microbatches of the step's rows; what
+// crosses a boundary is the residual rows x (positions and token ids: every stage runs the same
+// call); the last stage's rows reach every rank, which runs the final norm and head. A
+// stage's KV holds only its layers (StageLayers); weights of other stages stay unread in the
+// mapping.
 // KV lives in the state graph's CacheManager (plain_kv owner per layer) through
 // LlamaKvState (exec/llama/llama_kv_state.h), read in place by the attention kernels; the prefix
 // cache shares full blocks of `prefix_alignment()` tokens between requests (refcounted).
@@ -28,6 +34,7 @@
 
 #include "base/thread_pool.h"
 #include "dist/dcp_comm.h"
+#include "dist/pipe_comm.h"
 #include "exec/model_runner.h"
 #include "exec/llama/llama_kv_state.h"
 #include "exec/runner_factory.h"
@@ -83,6 +90,10 @@ class LlamaRunner : public ModelRunner {
   std::unique_ptr<ThreadPool> pool_;
   LlamaKvState kv_;
   std::shared_ptr<DcpComm> dcp_;  // decode context parallelism (null: one rank)
+  std::shared_ptr<PipeComm> pipe_;  // pipeline parallelism (null: one stage)
+  // Pipeline boundary: x_ rows [r0, r1) before layer next_layer (checked on receipt).
+  std::vector<uint8_t> put_rows(int64_t r0, int64_t r1, int next_layer) const;
+  void take_rows(std::vector<uint8_t> bytes, int64_t r0, int64_t r1, int next_layer);
   ModelInfo info_;
   // Step scratch (grown on demand).
   std::vector<float> dcp_buf_;
