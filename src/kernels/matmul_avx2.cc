@@ -48,11 +48,12 @@ STRATA_AVX2 inline void tile(const float* x, int64_t K, const void* w, int64_t N
     for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(xr + i * K + k);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
-      // Software prefetch ~1 KiB ahead in each W row stream (decode is bandwidth-bound and
-      // the hardware prefetchers restart at every 4 KiB page).
-      _mm_prefetch(reinterpret_cast<const char*>(static_cast<const uint8_t*>(w) +
-                                                 (wbase + j * K + k) * (kBf16 ? 2 : 4)) + 1024,
-                   _MM_HINT_T0);
+      // Software prefetch ~1 KiB ahead in each W row stream, once per 64-byte line (decode is
+      // bandwidth-bound and the hardware prefetchers restart at every 4 KiB page).
+      if (((k * (kBf16 ? 2 : 4)) & 63) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const uint8_t*>(w) +
+                                                   (wbase + j * K + k) * (kBf16 ? 2 : 4)) + 1024,
+                     _MM_HINT_T0);
       __m256 wv = load_w<kBf16>(w, wbase + j * K + k);
 #pragma GCC unroll 16
       for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
