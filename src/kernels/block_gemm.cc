@@ -445,6 +445,17 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
   alignas(32) float sws[kGroup * kTile];
   std::vector<float> acc(static_cast<size_t>(a.m * kGroup * kTile));
   std::vector<float> panel32;  // sized on first use by the panel path (not in decode)
+  std::vector<uint32_t> panel_pairs;  // the VDPBF16PS panel path's bf16 pairs
+  const bool pair_dot = ext != nullptr && ext->panel_dot;
+  auto accumulate_panel = [&](int64_t kb) {
+    if (pair_dot) {
+      panel_pairs.resize(static_cast<size_t>(kGroup * bk * kTile / 2));
+      detail::accumulate_panel_pairs_avx512(panel32.data(), sws, bk, a, *ext, kb,
+                                            panel_pairs.data(), acc.data());
+    } else {
+      detail::accumulate_panel32_avx512(panel32.data(), sws, bk, a, kb, acc.data());
+    }
+  };
   for (int64_t g0 = n_begin; g0 < n_end; g0 += kGroup * kTile) {
     const int ng = static_cast<int>(std::min<int64_t>(kGroup, (n_end - g0 + kTile - 1) / kTile));
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -468,7 +479,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
         for (int g = 0; g < kGroup; ++g)
           fill_panel_avx2(s, g0 + g * kTile, kb, panel32.data() + g * kTile, sws + g * kTile,
                           rowbuf.data(), kGroup * kTile);
-        detail::accumulate_panel32_avx512(panel32.data(), sws, bk, a, kb, acc.data());
+        accumulate_panel(kb);
         continue;
       }
       for (int g = 0; g < ng; ++g) {
@@ -480,7 +491,7 @@ STRATA_AVX2 void gemm_cols_avx2(const QuantActs& a, const Src& s, const ExtActs*
         for (int k = 0; k < bk; ++k)
           for (int g = 0; g < kGroup; ++g)
             std::memcpy(&panel32[(k * kGroup + g) * kTile], &panels[(g * bk + k) * kTile], kTile * 4);
-        detail::accumulate_panel32_avx512(panel32.data(), sws, bk, a, kb, acc.data());
+        accumulate_panel(kb);
       } else {
         accumulate_avx2(panels.data(), sws, ng, bk, a, kb, acc.data());
       }

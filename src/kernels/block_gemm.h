@@ -32,7 +32,9 @@
 // time, kernels/cpu_features.h) two 8-row tiles share a zmm (kernels/block_gemm_avx512.cc);
 // with VBMI/BF16/GFNI too (kernels::avx512_ext_active()) FP8 runs on VDPBF16PS in the
 // chain's exact order and FP4 uses VDPBF16PS on provably exact activation blocks, still
-// bit-identical.
+// bit-identical. Prefill (M > 4) decodes each 32-row x block_k panel once and, with those
+// extensions, multiplies it as bf16 pairs on VDPBF16PS (each lane's additions in the chain's
+// order: detail::accumulate_panel_pairs_avx512), FP8 and FP4 alike.
 // Measured per core on the dev VM (`strata bench gemv`, docs/PERFORMANCE.md): fp8 ~22 and fp4
 // ~37 G weights/s streaming from DRAM (AVX-512 without the extensions: ~18 / ~21; AVX2 alone:
 // ~9). The raw checkpoint layout needs 8x8 transposes (~3 GB/s FP8).

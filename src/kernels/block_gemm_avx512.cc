@@ -734,9 +734,16 @@ static STRATA_AVX512_EXT bool fp8_pairs(const float* x, int64_t n, uint32_t* pai
 }
 
 void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
-  d->fp4_dot = d->fp8_dot = false;
-  if (!avx512_ext_active() || a.m > 4) return;
+  d->fp4_dot = d->fp8_dot = d->panel_dot = false;
+  if (!avx512_ext_active()) return;
   const int64_t K = a.k;
+  if (a.m > 4) {  // prefill: the panel path's activation pairs
+    if (s.bk % 2 != 0 || K % 2 != 0 || !dpbf16_is_sequential()) return;
+    d->pairs.resize(static_cast<size_t>(a.m * K / 2));
+    bool in_range = true;
+    d->panel_dot = fp8_pairs(a.q, a.m * K, d->pairs.data(), nullptr, &in_range);
+    return;
+  }
   if (s.kind == Src::kFp4Packed) {
     const int64_t nkb = K / 32;
     d->quad.resize(static_cast<size_t>(a.m * K / 2));
@@ -807,6 +814,60 @@ STRATA_AVX512 void accumulate_panel32_avx512(const float* panel32, const float* 
   for (; m + 12 <= a.m; m += 12) panel32_rows<12>(panel32, sw0, sw1, bk, a, kb, m, ldsx, act_per, acc);
   for (; m + 4 <= a.m; m += 4) panel32_rows<4>(panel32, sw0, sw1, bk, a, kb, m, ldsx, act_per, acc);
   for (; m < a.m; ++m) panel32_rows<1>(panel32, sw0, sw1, bk, a, kb, m, ldsx, act_per, acc);
+}
+
+namespace {
+// panel_pairs_rows: kRows activation rows x 32 panel rows over one K block on VDPBF16PS,
+// 2*kRows chains (one per row and 16 panel rows), each lane's additions in K order.
+template <int kRows>
+STRATA_AVX512_EXT __attribute__((always_inline)) inline void panel_pairs_rows(
+    const uint32_t* pp, __m512 sw0, __m512 sw1, int bk, const QuantActs& a, const uint32_t* xp,
+    int64_t kb, int64_t m0, int64_t ldsx, int64_t act_per, float* acc) {
+  const int64_t K2 = a.k / 2;
+  const uint32_t* x = xp + m0 * K2 + kb * (bk / 2);
+  __m512 c0[kRows], c1[kRows];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int j = 0; j < bk / 2; ++j) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(pp + j * 32);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(pp + j * 32 + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512bh xr = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * K2 + j]));
+      c0[r] = _mm512_dpbf16_ps(c0[r], xr, w0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], xr, w1);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 sx = _mm512_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
+    float* ac = acc + (m0 + r) * 32;
+    _mm512_storeu_ps(ac, _mm512_add_ps(_mm512_loadu_ps(ac), _mm512_mul_ps(_mm512_mul_ps(c0[r], sx), sw0)));
+    _mm512_storeu_ps(ac + 16, _mm512_add_ps(_mm512_loadu_ps(ac + 16), _mm512_mul_ps(_mm512_mul_ps(c1[r], sx), sw1)));
+  }
+}
+}  // namespace
+
+STRATA_AVX512_EXT void accumulate_panel_pairs_avx512(const float* panel32, const float* sws,
+                                                     int bk, const QuantActs& a,
+                                                     const ExtActs& d, int64_t kb,
+                                                     uint32_t* pairs, float* acc) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int j = 0; j < bk / 2; ++j)
+    for (int h = 0; h < 32; h += 16) {
+      const __m512i e = _mm512_loadu_si512(panel32 + (2 * j) * 32 + h);
+      const __m512i o = _mm512_loadu_si512(panel32 + (2 * j + 1) * 32 + h);
+      _mm512_storeu_si512(pairs + j * 32 + h,
+                          _mm512_or_si512(_mm512_and_si512(e, hi), _mm512_srli_epi32(o, 16)));
+    }
+  const int64_t act_per = a.block / bk, ldsx = a.k / a.block;
+  const __m512 sw0 = _mm512_loadu_ps(sws), sw1 = _mm512_loadu_ps(sws + 16);
+  const uint32_t* xp = d.pairs.data();
+  int64_t m = 0;
+  for (; m + 12 <= a.m; m += 12)
+    panel_pairs_rows<12>(pairs, sw0, sw1, bk, a, xp, kb, m, ldsx, act_per, acc);
+  for (; m + 4 <= a.m; m += 4) panel_pairs_rows<4>(pairs, sw0, sw1, bk, a, xp, kb, m, ldsx, act_per, acc);
+  for (; m < a.m; ++m) panel_pairs_rows<1>(pairs, sw0, sw1, bk, a, xp, kb, m, ldsx, act_per, acc);
 }
 
 int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,

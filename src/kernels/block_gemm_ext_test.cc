@@ -305,5 +305,91 @@ TEST(BlockGemmExt, Fp8SubnormalFlagsDroppedWhenEveryBlockHasOne) {
   EXPECT_TRUE(pack_fp8_weight(W).subnormal_blocks.empty());
 }
 
+
+// Prefill (M > 4) on the VDPBF16PS panel path: activations and weights whose products
+// alternate between large (E4M3 exponents near the top) and small ones with full mantissas,
+// so the chain's partial sums round and the order of every addition shows in the f32 output.
+// Every output equals the scalar reference loop's bit for bit (FP8 with 32- and 128-wide
+// blocks, FP4; M = 29: the 12-, 4- and 1-row blocks; 1 and 2 threads); a chain that adds each
+// pair's second product first gives other bits somewhere (the inputs can tell the orders
+// apart).
+TEST(BlockGemmExt, PrefillPanelPairsBitExactWhereOrderMatters) {
+  if (!avx512_ext_active() || !detail::dpbf16_is_sequential()) GTEST_SKIP() << "no AVX-512 ext";
+  std::mt19937 g(97);
+  std::uniform_int_distribution<int> mant(0, 7), sign(0, 1), big(11, 14), small(5, 8), f4(1, 7);
+  auto e4m3 = [&](bool large) {
+    return dec_e4m3(static_cast<uint8_t>((sign(g) << 7) | ((large ? big(g) : small(g)) << 3) |
+                                         mant(g)));
+  };
+  auto enc = [](float v) {  // E4M3 byte of an E4M3 value
+    for (int c = 0; c < 256; ++c)
+      if ((c & 0x7F) != 0x7F && dec_e4m3(static_cast<uint8_t>(c)) == v) return static_cast<uint8_t>(c);
+    ADD_FAILURE() << v;
+    return uint8_t{0};
+  };
+  const int64_t M = 29, N = 128;
+  ThreadPool pool(2);
+  for (int64_t bk : {32, 128}) {
+    const int64_t K = 2 * bk, nkb = K / bk;
+    std::vector<float> q(M * K), sx(M * nkb, 1.0f);
+    for (int64_t i = 0; i < M * K; ++i) q[i] = e4m3(i % 2 == 0);
+    const QuantActs a{q.data(), sx.data(), M, K, static_cast<int>(bk)};
+    detail::Src src{};
+    src.kind = detail::Src::kFp8Packed;
+    src.n = N;
+    src.k = K;
+    src.bk = static_cast<int>(bk);
+    detail::ExtActs e;
+    detail::prepare_ext_acts(a, src, &e);
+    ASSERT_TRUE(e.panel_dot);
+    // FP8 weights, f32 scales of 1.
+    std::vector<uint8_t> w(N * K);
+    std::vector<float> wv(N * K);
+    for (int64_t i = 0; i < N * K; ++i) w[i] = enc(wv[i] = e4m3(i % 2 == 0));
+    std::vector<float> ws(((N + bk - 1) / bk) * nkb, 1.0f);
+    const Fp8BlockWeight W{w.data(), nullptr, ws.data(), N, K, static_cast<int>(bk),
+                           static_cast<int>(bk)};
+    std::vector<float> expect(M * N), y(M * N);
+    ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
+    const PackedFp8Weight P = pack_fp8_weight(W);
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::fill(y.begin(), y.end(), -1.0f);
+      fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
+      for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "fp8 bk=" << bk << " i=" << i;
+    }
+    int64_t differ = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        float acc = 0.0f;
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          float p = 0.0f;
+          for (int64_t k = kb * bk; k < (kb + 1) * bk; k += 2) {
+            p = std::fma(q[m * K + k + 1], wv[n * K + k + 1], p);
+            p = std::fma(q[m * K + k], wv[n * K + k], p);
+          }
+          acc = acc + p;
+        }
+        differ += acc != expect[m * N + n];
+      }
+    EXPECT_GT(differ, 0) << "bk=" << bk;
+  }
+  // FP4 weights (E2M1, unit scales) against the same kind of activations, act blocks of 32.
+  const int64_t K = 128, nkb = K / 32;
+  std::vector<float> q(M * K), sx(M * nkb, 1.0f);
+  for (int64_t i = 0; i < M * K; ++i) q[i] = e4m3(i % 4 < 2);
+  std::vector<uint8_t> w4(N * K / 2), ws4(N * nkb, 127);
+  for (auto& b : w4) b = static_cast<uint8_t>(f4(g) | (sign(g) << 3) | (f4(g) << 4) | (sign(g) << 7));
+  const Fp4Weight W4{w4.data(), ws4.data(), N, K, 32};
+  const QuantActs a{q.data(), sx.data(), M, K, 32};
+  std::vector<float> expect(M * N), y(M * N);
+  ref::fp4_gemm_cols(a, W4, expect.data(), OutRound::kF32, 0, N);
+  const PackedFp4Weight P4 = pack_fp4_weight(W4);
+  for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::fill(y.begin(), y.end(), -1.0f);
+    fp4_gemm_packed(a, P4, y.data(), OutRound::kF32, tp);
+    for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "fp4 i=" << i;
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -74,16 +74,20 @@ struct Src {
 //   per 32-wide K block whether fp4_block_sums_exact holds (fp4_dot);
 //   FP8 shift decode (K blocks without subnormal weight codes): pairs112, the same pairs of
 //   x·2^112 (exact: E4M3 values times a power of two stay normal bf16 values).
+//   prefill panel path (a.m > 4, FP8 or FP4, bk even): pairs as for the FP8 dot path
+//   (panel_dot: every x is a bf16 value and VDPBF16PS passed dpbf16_is_sequential).
 struct ExtActs {
   bool fp4_dot = false;
   bool fp8_dot = false;
+  bool panel_dot = false;
   std::vector<uint32_t> pairs;     // [M][K/2]
   std::vector<uint32_t> pairs112;  // [M][K/2], when fp8_dot and the weights flag subnormals
   std::vector<uint32_t> quad;   // [M][K/4][2]
   std::vector<uint8_t> exact;   // [M][K/32]
 };
-// Fills *d for GEMMs of activations `a` over packed weights `s` (both flags stay false when
-// the extension paths are off, the weights are not packed, or a.m > 4).
+// Fills *d for GEMMs of activations `a` over packed weights `s` (every flag stays false when
+// the extension paths are off or the weights are not packed; fp4_dot / fp8_dot only for
+// a.m <= 4, panel_dot only for a.m > 4).
 void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d);
 
 // Decode over packed weights with AVX-512 (caller checks avx512_active(), a.m <= 4, s.bk
@@ -100,6 +104,15 @@ int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, f
 // Caller checks avx512_active().
 void accumulate_panel32_avx512(const float* panel32, const float* sws, int bk,
                                const QuantActs& a, int64_t kb, float* acc);
+// The same result bit for bit on VDPBF16PS (caller checks d.panel_dot): panel32's values
+// (decoded E4M3 / E2M1 codes, times a power of two: bf16 values) as bf16 pairs of K indices
+// 2j (high word) and 2j + 1 (low word) into `pairs` [bk/2][32], against the activation pairs
+// d.pairs; each lane's addition order is the sequential chain's (dpbf16_is_sequential), the
+// products are exact and no partial sum is subnormal (every product is a nonzero multiple of
+// at least 2^-26 or zero), so DAZ/FTZ change nothing. Half the multiply instructions.
+void accumulate_panel_pairs_avx512(const float* panel32, const float* sws, int bk,
+                                   const QuantActs& a, const ExtActs& d, int64_t kb,
+                                   uint32_t* pairs, float* acc);
 
 // True when every partial sum of Σ_k x[k]·w[k] over these 32 activations is exactly
 // representable in f32 for EVERY E2M1 weight vector w (so any summation order, including
