@@ -774,6 +774,20 @@ void prepare_ext_acts(const QuantActs& a, const Src& s, ExtActs* d) {
 }
 
 namespace {
+// acc[m0 + r][0, 32) += (c * sx[m0 + r]) * sw for the kRows rows' block partials c0 / c1.
+template <int kRows>
+STRATA_AVX512 __attribute__((always_inline)) inline void panel_scale_add(
+    const __m512* c0, const __m512* c1, __m512 sw0, __m512 sw1, const QuantActs& a, int64_t kb,
+    int64_t m0, int64_t ldsx, int64_t act_per, float* acc) {
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 sx = _mm512_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
+    float* ac = acc + (m0 + r) * 32;
+    _mm512_storeu_ps(ac, _mm512_add_ps(_mm512_loadu_ps(ac), _mm512_mul_ps(_mm512_mul_ps(c0[r], sx), sw0)));
+    _mm512_storeu_ps(ac + 16, _mm512_add_ps(_mm512_loadu_ps(ac + 16), _mm512_mul_ps(_mm512_mul_ps(c1[r], sx), sw1)));
+  }
+}
+
 // kRows activation rows x 32 panel rows over one K block: 2*kRows independent FMA chains, each
 // (row, lane) a sequential fma over k from zero, then acc += (p * sx) * sw, as the 1-row loop.
 // Per k: 2 panel loads and kRows broadcasts feed 2*kRows FMAs (12 rows: 24 accumulators in
@@ -796,13 +810,7 @@ STRATA_AVX512 __attribute__((always_inline)) inline void panel32_rows(
       c1[r] = _mm512_fmadd_ps(xr, w1, c1[r]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r) {
-    const __m512 sx = _mm512_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
-    float* ac = acc + (m0 + r) * 32;
-    _mm512_storeu_ps(ac, _mm512_add_ps(_mm512_loadu_ps(ac), _mm512_mul_ps(_mm512_mul_ps(c0[r], sx), sw0)));
-    _mm512_storeu_ps(ac + 16, _mm512_add_ps(_mm512_loadu_ps(ac + 16), _mm512_mul_ps(_mm512_mul_ps(c1[r], sx), sw1)));
-  }
+  panel_scale_add<kRows>(c0, c1, sw0, sw1, a, kb, m0, ldsx, act_per, acc);
 }
 }  // namespace
 
@@ -838,13 +846,7 @@ STRATA_AVX512_EXT __attribute__((always_inline)) inline void panel_pairs_rows(
       c1[r] = _mm512_dpbf16_ps(c1[r], xr, w1);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r) {
-    const __m512 sx = _mm512_set1_ps(a.scales[(m0 + r) * ldsx + kb / act_per]);
-    float* ac = acc + (m0 + r) * 32;
-    _mm512_storeu_ps(ac, _mm512_add_ps(_mm512_loadu_ps(ac), _mm512_mul_ps(_mm512_mul_ps(c0[r], sx), sw0)));
-    _mm512_storeu_ps(ac + 16, _mm512_add_ps(_mm512_loadu_ps(ac + 16), _mm512_mul_ps(_mm512_mul_ps(c1[r], sx), sw1)));
-  }
+  panel_scale_add<kRows>(c0, c1, sw0, sw1, a, kb, m0, ldsx, act_per, acc);
 }
 }  // namespace
 

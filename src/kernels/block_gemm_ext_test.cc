@@ -39,6 +39,18 @@ std::vector<float> quantized_blocks(std::mt19937& g, int blocks) {
   return q;
 }
 
+// What prepare_ext_acts makes of activations `a` for packed FP8 weights [N, a.k], blocks bk.
+detail::ExtActs fp8_ext_acts(const QuantActs& a, int64_t N, int64_t bk) {
+  detail::Src src{};
+  src.kind = detail::Src::kFp8Packed;
+  src.n = N;
+  src.k = a.k;
+  src.bk = static_cast<int>(bk);
+  detail::ExtActs e;
+  detail::prepare_ext_acts(a, src, &e);
+  return e;
+}
+
 bool e4m3_is_subnormal(uint8_t c) { return ((c >> 3) & 15) == 0 && (c & 7) != 0; }
 
 float chain(const float* x, const float* w, bool reverse) {
@@ -185,13 +197,7 @@ TEST(BlockGemmExt, Fp8DotPathAllCodesBitExact) {
           for (bool ext : {false, true}) {
             set_avx512_ext_enabled(ext);
             if (ext && avx512_ext_active()) {  // the path under test is the one that runs
-              detail::Src src{};
-              src.kind = detail::Src::kFp8Packed;
-              src.n = N;
-              src.k = K;
-              src.bk = static_cast<int>(bk);
-              detail::ExtActs e;
-              detail::prepare_ext_acts(a, src, &e);
+              const detail::ExtActs e = fp8_ext_acts(a, N, bk);
               const bool bf16_acts = !(odd > 1.0f && odd < 2.0f);
               EXPECT_EQ(e.fp8_dot, bf16_acts && detail::dpbf16_is_sequential()) << "odd=" << odd;
             }
@@ -334,14 +340,7 @@ TEST(BlockGemmExt, PrefillPanelPairsBitExactWhereOrderMatters) {
     std::vector<float> q(M * K), sx(M * nkb, 1.0f);
     for (int64_t i = 0; i < M * K; ++i) q[i] = e4m3(i % 2 == 0);
     const QuantActs a{q.data(), sx.data(), M, K, static_cast<int>(bk)};
-    detail::Src src{};
-    src.kind = detail::Src::kFp8Packed;
-    src.n = N;
-    src.k = K;
-    src.bk = static_cast<int>(bk);
-    detail::ExtActs e;
-    detail::prepare_ext_acts(a, src, &e);
-    ASSERT_TRUE(e.panel_dot);
+    ASSERT_TRUE(fp8_ext_acts(a, N, bk).panel_dot);
     // FP8 weights, f32 scales of 1.
     std::vector<uint8_t> w(N * K);
     std::vector<float> wv(N * K);
