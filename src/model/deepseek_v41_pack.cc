@@ -20,6 +20,7 @@ std::shared_ptr<const kernels::PackedSeqWeight> pack_view(const TensorView& t, i
   auto p = std::make_shared<kernels::PackedSeqWeight>(
       t.dtype == DType::kBF16 ? kernels::pack_seq_weight_bf16(t.u16(), n, k)
                               : kernels::pack_seq_weight_f32(t.f32(), n, k));
+  release_view_pages(t);  // the kernels read the packed copy
   return p;
 }
 
@@ -44,6 +45,8 @@ std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l) {
       p->seq = kernels::pack_seq_weight_f32(l.weight.f32(), l.out, l.in);
       break;
   }
+  release_view_pages(l.weight);  // the kernels read the packed copy
+  release_view_pages(l.scale);
   return p;
 }
 
@@ -68,15 +71,23 @@ std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V4
   if (a.kind != b.kind || a.in != b.in || a.out != b.out) return nullptr;
   const int64_t n = a.out, k = a.in;
   auto p = std::make_shared<V41PackedLinear>();
+  auto release = [&] {  // the kernels read the packed copy
+    for (const V41Linear* l : {&a, &b}) {
+      release_view_pages(l->weight);
+      release_view_pages(l->scale);
+    }
+  };
   if (a.kind == V41WeightKind::kFp4) {
     p->fp4 = kernels::pack_fp4_weight_stacked({a.weight.data, a.scale.data, n, k, 32},
                                               {b.weight.data, b.scale.data, n, k, 32});
+    release();
     return p;
   }
   if (a.kind == V41WeightKind::kFp8 && a.block == 32 && b.block == 32 && n % 32 == 0 &&
       a.scale.dtype == DType::kF8_E8M0 && b.scale.dtype == DType::kF8_E8M0) {
     p->fp8 = kernels::pack_fp8_weight_stacked({a.weight.data, a.scale.data, nullptr, n, k, 32, 32},
                                               {b.weight.data, b.scale.data, nullptr, n, k, 32, 32});
+    release();
     return p;
   }
   return nullptr;

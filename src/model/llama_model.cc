@@ -68,11 +68,13 @@ StatusOr<std::vector<float>> get_vector(const SafetensorsCheckpoint& ck, const s
 
 LlamaModel::~LlamaModel() = default;
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bool progress) {
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bool progress,
+                                                       int layer_begin, int layer_end) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->dir_ = dir;
   STRATA_ASSIGN_OR_RETURN(m->config_, load_llama_config(dir));
   STRATA_ASSIGN_OR_RETURN(m->ckpt_, SafetensorsCheckpoint::open(dir, progress));
+  m->ckpt_->skip_scans_outside_layers(layer_begin, layer_end);
   const LlamaConfig& c = m->config_;
   const auto& ck = *m->ckpt_;
   const int64_t d = c.hidden_size;

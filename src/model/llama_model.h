@@ -36,8 +36,12 @@ struct LlamaLayerWeights {
 
 class LlamaModel {
  public:
-  // Loads `dir`/config.json and the checkpoint. `progress` prints loading progress.
-  static StatusOr<std::unique_ptr<LlamaModel>> load(const std::string& dir, bool progress = false);
+  // Loads `dir`/config.json and the checkpoint. `progress` prints loading progress. A
+  // pipeline stage passes its layers [layer_begin, layer_end): the other layers' tensors are
+  // still shape-checked but not scanned for NaN/Inf (SafetensorsCheckpoint::
+  // skip_scans_outside_layers), so their pages are never read here.
+  static StatusOr<std::unique_ptr<LlamaModel>> load(const std::string& dir, bool progress = false,
+                                                    int layer_begin = 0, int layer_end = 1 << 30);
   ~LlamaModel();
 
   const LlamaConfig& config() const { return config_; }

@@ -207,11 +207,13 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED)
+  if (map == MAP_FAILED) {
+    ::close(fd);
     return internal_error("{}: mmap of {} bytes failed: {}", path, size, std::strerror(map_errno));
+  }
 
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->fd_ = fd;  // kept for scans by read (scan_nonfinite)
   f->path_ = path;
   f->map_ = map;
   f->map_bytes_ = size;
@@ -230,7 +232,10 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   } catch (const std::exception& e) {  // nlohmann type errors etc.; should not happen
     return data_loss("{}: bad header: {}", path, e.what());
   }
-  for (auto& [name, t] : f->tensors_) t.file_offset = t.data - base;
+  for (auto& [name, t] : f->tensors_) {
+    t.file_offset = t.data - base;
+    t.mapped = true;
+  }
   // safetensors aligns nothing: a tensor may start at an offset that is not a multiple of
   // its element size (a file whose header length or earlier tensors are odd-sized), where
   // typed reads through f32() / u16() are undefined. Such tensors are copied once into
@@ -241,6 +246,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     auto& copy = f->aligned_copies_.emplace_back(new uint64_t[(t.num_bytes + 7) / 8]);
     std::memcpy(copy.get(), t.data, t.num_bytes);
     t.data = reinterpret_cast<const uint8_t*>(copy.get());
+    t.mapped = false;
   }
   if (progress && size > kProgressMinBytes) prefault(path, base, size);
   return f;
@@ -248,10 +254,38 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t SafetensorsFile::scan_nonfinite(const TensorView& t) const {
+  const auto* base = static_cast<const uint8_t*>(map_);
+  if (fd_ < 0 || !t.mapped || t.data < base || t.data + t.num_bytes > base + map_bytes_) return -1;
+  constexpr size_t kChunk = size_t{1} << 22;  // a multiple of every element size
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(kChunk);
+  int64_t bad = 0;
+  for (size_t done = 0; done < t.num_bytes;) {
+    const size_t want = std::min(kChunk, t.num_bytes - done);
+    const ssize_t got = ::pread(fd_, buf.data(), want, static_cast<off_t>((t.data - base) + done));
+    if (got <= 0) return -1;  // the caller scans the mapping instead
+    const size_t n = static_cast<size_t>(got) - static_cast<size_t>(got) % dtype_size(t.dtype);
+    if (n == 0) return -1;
+    bad += count_nonfinite(t.dtype, buf.data(), n);
+    done += n;
+  }
+  return bad;
 }
 
 void SafetensorsFile::release_resident_pages() const {
   if (map_) ::madvise(map_, map_bytes_, MADV_DONTNEED);
+}
+
+void release_view_pages(const TensorView& t) {
+  if (!t.mapped || t.data == nullptr) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(t.data) + t.num_bytes) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 // ---------------------------------------------------------------- SafetensorsCheckpoint
@@ -344,12 +378,39 @@ StatusOr<TensorView> SafetensorsCheckpoint::get(const std::string& name, DType d
   return t;
 }
 
+int tensor_layer(const std::string& name) {
+  for (const char* prefix : {"layers.", "model.layers."}) {
+    const size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) != 0) continue;
+    size_t i = n;
+    int layer = 0;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (1 << 24))
+      layer = layer * 10 + (name[i++] - '0');
+    if (i > n && i < name.size() && name[i] == '.') return layer;
+  }
+  return -1;
+}
+
+void SafetensorsCheckpoint::skip_scans_outside_layers(int begin, int end) {
+  scan_begin_ = begin;
+  scan_end_ = end;
+}
+
 Status SafetensorsCheckpoint::check_finite(const TensorView& t) const {
+  if (const int l = tensor_layer(t.name); l >= 0 && (l < scan_begin_ || l >= scan_end_))
+    return ok_status();  // another pipeline stage's layer: scanned there
   {
     std::lock_guard lock(scanned_mu_);
     if (scanned_.count(t.name)) return ok_status();
   }
-  if (const int64_t bad = count_nonfinite(t.dtype, t.data, t.num_bytes); bad > 0)
+  // Read through the file descriptor (a copy from the page cache), not the mapping: the scan
+  // then faults no page of the mapping in, so the load's peak resident set is the packed
+  // weights plus what the packers are reading (they release each tensor once packed).
+  int64_t bad = -1;
+  for (const auto& f : files_)
+    if ((bad = f->scan_nonfinite(t)) >= 0) break;
+  if (bad < 0) bad = count_nonfinite(t.dtype, t.data, t.num_bytes);
+  if (bad > 0)
     return data_loss("checkpoint {}: tensor '{}' (in {}) holds {} NaN/Inf value(s) of {}: the "
                      "weights are corrupt", dir_, t.name, t.file, bad, t.numel());
   std::lock_guard lock(scanned_mu_);

@@ -46,6 +46,7 @@ struct TensorView {
   size_t num_bytes = 0;
   std::string file;               // path of the file it came from (for error messages)
   int64_t file_offset = -1;       // byte offset of the data in that file (-1: not from a file)
+  bool mapped = false;            // data points into a read-only file mapping (not a copy)
 
   int64_t numel() const;
   // Typed access; CHECKs the dtype matches.
@@ -71,9 +72,14 @@ class SafetensorsFile {
   // from the page cache. For loaders that have copied (packed) what they use on the hot
   // path, so the file's pages stop counting twice in the resident set.
   void release_resident_pages() const;
+  // count_nonfinite of a view into this file's mapping, read through the file descriptor
+  // (pread, 4 MiB at a time: no page of the mapping is faulted in); -1 when the view is not
+  // in this mapping or a read fails.
+  int64_t scan_nonfinite(const TensorView& t) const;
 
  private:
   SafetensorsFile() = default;
+  int fd_ = -1;
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
@@ -107,14 +113,31 @@ class SafetensorsCheckpoint {
   const std::string& dir() const { return dir_; }
   // SafetensorsFile::release_resident_pages for every file.
   void release_resident_pages() const;
+  // A pipeline stage reads only its own decoder layers: the typed get() then skips the
+  // NaN/Inf scan of tensors of layers outside [begin, end) (tensor_layer(); the stage that
+  // runs them scans them), so their pages are never faulted in here. Call before loading.
+  void skip_scans_outside_layers(int begin, int end);
 
  private:
+  int scan_begin_ = 0, scan_end_ = 1 << 30;
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
   mutable std::mutex scanned_mu_;
   mutable std::set<std::string> scanned_;  // tensors found finite by the typed get()
 };
+
+// Drops this process's resident pages that lie wholly inside a mapped view's bytes
+// (madvise MADV_DONTNEED; nothing for a view that is not `mapped`): the view stays valid and
+// a later read faults the pages back from the page cache. Loaders call it once a tensor has
+// been scanned or packed, so the load's peak resident set stays near the packed weights.
+// Thread safety: safe from any thread.
+void release_view_pages(const TensorView& t);
+
+// The decoder layer a tensor belongs to: N for names starting "layers.N." (DeepSeek) or
+// "model.layers.N." (Hugging Face Llama); -1 for every other tensor (embeddings, head, norms,
+// MTP / drafter blocks).
+int tensor_layer(const std::string& name);
 
 // Writes tensors to one .safetensors file (used by `strata convert` and test fixtures).
 struct TensorToWrite {

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <span>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
@@ -452,6 +455,75 @@ TEST_F(SafetensorsTest, MisalignedTensorsAreServedAligned) {
   EXPECT_EQ(b.num_bytes, 8u);
   EXPECT_EQ(b.f32()[0], 1.5f);
   EXPECT_EQ(b.f32()[1], -2.25f);
+  // The copy is not a mapping: releasing its pages must leave it alone (MADV_DONTNEED on
+  // heap memory would zero it); the mapped view's pages fault back in with the same bytes.
+  EXPECT_TRUE(a.mapped);
+  EXPECT_FALSE(b.mapped);
+  release_view_pages(a);
+  release_view_pages(b);
+  EXPECT_EQ(std::vector<uint8_t>(a.data, a.data + 3), u8);
+  EXPECT_EQ(b.f32()[1], -2.25f);
+}
+
+// A view released after use (a loader that packed it) still reads the file's bytes, also
+// when the tensor spans several pages; and the NaN/Inf scan through the file descriptor finds
+// the same count as a scan of the mapping.
+TEST_F(SafetensorsTest, ReleasedViewsReadTheSameBytes) {
+  std::vector<float> v(3 * 4096 + 5);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+  v[7] = std::numeric_limits<float>::infinity();
+  v[9000] = std::numeric_limits<float>::quiet_NaN();
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4);
+  const std::string p = path("big.safetensors");
+  ASSERT_TRUE(write_safetensors(p, {{"w", DType::kF32, {static_cast<int64_t>(v.size())}, bytes}}).ok());
+  auto r = SafetensorsFile::open(p);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const TensorView& w = (*r)->tensors().at("w");
+  ASSERT_TRUE(w.mapped);
+  EXPECT_EQ((*r)->scan_nonfinite(w), 2);
+  EXPECT_EQ(count_nonfinite(w.dtype, w.data, w.num_bytes), 2);
+  release_view_pages(w);
+  EXPECT_EQ(0, std::memcmp(w.data, v.data(), v.size() * 4));
+}
+
+
+TEST(TensorLayer, ParsesDeepseekAndHuggingFaceLayerNames) {
+  EXPECT_EQ(tensor_layer("layers.0.attn.wq_a.weight"), 0);
+  EXPECT_EQ(tensor_layer("layers.42.ffn.experts.3.w1.weight"), 42);
+  EXPECT_EQ(tensor_layer("model.layers.7.self_attn.q_proj.weight"), 7);
+  EXPECT_EQ(tensor_layer("embed.weight"), -1);
+  EXPECT_EQ(tensor_layer("mtp.0.norm.weight"), -1);
+  EXPECT_EQ(tensor_layer("layers.x.weight"), -1);
+  EXPECT_EQ(tensor_layer("layers.3"), -1);
+  EXPECT_EQ(tensor_layer("model.norm.weight"), -1);
+}
+
+// A pipeline stage skips the NaN/Inf scan of other stages' layers only: a NaN in layer 3 is
+// not seen by a stage running layers [0, 2) and is refused by one running [2, 4); a NaN in a
+// tensor outside any layer is refused by every stage.
+TEST_F(SafetensorsTest, StageSkipsOnlyOtherLayersNanScans) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> bad = {1.0f, nan}, good = {1.0f, 2.0f};
+  auto bytes = [](const std::vector<float>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4);
+  };
+  const std::string p = path("model.safetensors");
+  ASSERT_TRUE(write_safetensors(p, {{"layers.3.w", DType::kF32, {2}, bytes(bad)},
+                                    {"layers.1.w", DType::kF32, {2}, bytes(good)},
+                                    {"head.weight", DType::kF32, {2}, bytes(bad)}},
+                                {})
+                  .ok());
+  for (auto [begin, end, layer3_ok] : {std::tuple{0, 2, true}, {2, 4, false}, {0, 1 << 30, false}}) {
+    auto ck = SafetensorsCheckpoint::open(p);
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    (*ck)->skip_scans_outside_layers(begin, end);
+    auto l3 = (*ck)->get("layers.3.w", DType::kF32, {2});
+    EXPECT_EQ(l3.ok(), layer3_ok) << begin << ".." << end;
+    if (!l3.ok()) EXPECT_EQ(l3.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE((*ck)->get("layers.1.w", DType::kF32, {2}).ok());
+    auto head = (*ck)->get("head.weight", DType::kF32, {2});
+    EXPECT_FALSE(head.ok()) << begin << ".." << end;
+  }
 }
 
 }  // namespace

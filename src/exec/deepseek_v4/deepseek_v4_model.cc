@@ -38,11 +38,12 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
     return failed_precondition("index_head_dim {} must be a power of two (Hadamard)", c.index_head_dim);
   if (c.dim % 32 != 0) return failed_precondition("dim {} must be a multiple of 32", c.dim);
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
-  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
-  if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
-  // A pipeline stage packs (and so keeps resident) only its own layers.
+  // A pipeline stage checks and packs (and so keeps resident) only its own layers.
   const PipeStage own = pipe_stage(pipe_comm ? pipe_comm.get() : process_pipe_comm().get(),
                                    c.n_layers);
+  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
+  if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
   if (!scalar_reference) {
     m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
     // The packed copies are what the kernels read: the file's pages (faulted in by the

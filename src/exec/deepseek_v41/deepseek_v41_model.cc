@@ -133,11 +133,12 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   for (const LayerSchedule& ls : c.layers)
     if (ls.ratio > 16) return failed_precondition("layer {}: ratio {} unsupported", ls.layer_id, ls.ratio);
   STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
-  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
-  if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
-  // A pipeline stage packs (and so keeps resident) only its own layers.
+  // A pipeline stage checks and packs (and so keeps resident) only its own layers.
   const PipeStage own = pipe_stage(options.pipe_comm ? options.pipe_comm.get()
                                                      : process_pipe_comm().get(), c.n_layers);
+  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
+  if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
   if (!options.scalar_reference) {
     m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
     // The packed copies are what the kernels read: the file's pages (faulted in by the

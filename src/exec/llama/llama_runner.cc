@@ -15,11 +15,15 @@ namespace strata {
 
 StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::create(const std::string& dir,
                                                            const RunnerOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(auto model, LlamaModel::load(dir, options.progress));
-  if (const std::shared_ptr<PipeComm> p = process_pipe_comm();
-      p && p->size() > model->config().num_hidden_layers)
+  STRATA_ASSIGN_OR_RETURN(const LlamaConfig config, load_llama_config(dir));
+  const int layers = static_cast<int>(config.num_hidden_layers);
+  const std::shared_ptr<PipeComm> p = process_pipe_comm();
+  if (p && p->size() > layers)
     return invalid_argument("{}: --pipeline-parallel-size {} exceeds the model's {} layers", dir,
-                            p->size(), model->config().num_hidden_layers);
+                            p->size(), layers);
+  // A pipeline stage checks only its own layers' tensors.
+  const PipeStage st = pipe_stage(p.get(), layers);
+  STRATA_ASSIGN_OR_RETURN(auto model, LlamaModel::load(dir, options.progress, st.begin, st.end));
   return std::make_unique<LlamaRunner>(std::move(model), options);
 }
 
