@@ -48,9 +48,9 @@ inline std::string line_starting(const std::string& text, const std::string& pre
 }
 
 // The record's quantization column: the tiny DeepSeek checkpoints keep the released formats;
-// stories260K is llama2.c's f32.
+// stories260K keeps its f32 checkpoint (the label validate matrix writes).
 inline std::string quantization_of(const std::string& model) {
-  return model.rfind("stories", 0) == 0 ? "f32 weights (llama2.c)"
+  return model.rfind("stories", 0) == 0 ? "none (checkpoint dtype)"
                                         : "checkpoint formats (FP8 weights, FP4 experts)";
 }
 
