@@ -54,17 +54,18 @@ bool byte_size_ok(DType dt, int64_t numel, uint64_t bytes) {
   return false;
 }
 
-// Touches one byte per page so that later reads do not fault, printing a percentage line.
-void prefault(const std::string& path, const uint8_t* p, size_t n) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+// Reads the file once through `fd` (into the page cache, not into the mapping: no page of
+// the process is faulted in, so the resident set does not hold the whole file), printing a
+// percentage line: a cold checkpoint's disk read shows as progress.
+void prefault(const std::string& path, int fd, size_t n) {
   const size_t chunk = 16ull << 20;
-  volatile uint8_t sink = 0;
+  std::vector<uint8_t> buf(chunk);
   // On a terminal the line updates in place; into a file or pipe only the final line goes.
   const bool tty = isatty(STDERR_FILENO) != 0;
   int last_pct = -1;
   for (size_t off = 0; off < n; off += chunk) {
     const size_t end = std::min(n, off + chunk);
-    for (size_t i = off; i < end; i += page) sink = sink + p[i];
+    if (::pread(fd, buf.data(), end - off, static_cast<off_t>(off)) <= 0) break;
     const int pct = static_cast<int>(100.0 * static_cast<double>(end) / static_cast<double>(n));
     if (tty && pct != last_pct) {
       fmt::print(stderr, "\r[load] {}: {:3d}% ({} MiB)", path, pct, end >> 20);
@@ -77,7 +78,6 @@ void prefault(const std::string& path, const uint8_t* p, size_t n) {
   } else {
     fmt::print(stderr, "[load] {}: 100% ({} MiB)\n", path, n >> 20);
   }
-  (void)sink;
 }
 
 // Parses and validates the JSON header. `data_bytes`: size of the data section.
@@ -248,7 +248,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     t.data = reinterpret_cast<const uint8_t*>(copy.get());
     t.mapped = false;
   }
-  if (progress && size > kProgressMinBytes) prefault(path, base, size);
+  if (progress && size > kProgressMinBytes) prefault(path, f->fd_, size);
   return f;
 }
 
