@@ -35,8 +35,8 @@ echo "[bench] trace $TRACE"
   --goodput ttft:500 tpot:50 --out bench-mooncake.json --plot bench-mooncake.svg
 echo "[serve] the dashboard was live at $URL/dashboard while the trace ran"
 # The validation ladder on the same model (docs/validation-matrix.md): each step starts and
-# stops its own servers (PD router, a redis-server pool, mpirun steps are recorded as not
-# built / not applicable for this Llama model).
+# stops its own servers (PD router, a redis-server pool, mpirun for DCP and PP; the EP step is
+# recorded as not applicable: this Llama model has no routed experts).
 echo "[validate] strata validate matrix --model models/stories260K --out validate-matrix"
 "$STRATA" validate matrix --model models/stories260K --out validate-matrix --load-requests 8
 echo "[validate] report: $(pwd)/validate-matrix/report.html (records: validate-matrix/matrix.json)"

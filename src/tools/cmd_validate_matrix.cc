@@ -154,7 +154,7 @@ int run_matrix(MatrixArgs a) {
     json rec = common;
     fill_record(&rec, c, *facts, info, run);
     const std::string status = rec["status"].get<std::string>();
-    fmt::print("step {} {:<17} {:<15} {}\n", id, info.name, status,
+    fmt::print("step {:<2} {:<17} {:<15} {}\n", id, info.name, status,
                rec["reason"].is_string() ? rec["reason"].get<std::string>() : "");
     std::fflush(stdout);
     if (status == "fail") failed = true;

@@ -72,12 +72,12 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
       return fmt::format("{} {} with {} ranks: {} every rank (pass {})", flag, size, n, group, n);
     return "";
   };
+  if (l.pp > 1 && (l.expert_parallel || l.dcp > 1))  // first: whatever -np was
+    return refuse("--pipeline-parallel-size is not combined with --enable-expert-parallel or "
+                  "--decode-context-parallel-size yet: run one layout");
   if (std::string why = spans_every_rank("--pipeline-parallel-size", l.pp, "the stages span");
       !why.empty())
     return refuse(why);
-  if (l.pp > 1 && (l.expert_parallel || l.dcp > 1))
-    return refuse("--pipeline-parallel-size is not combined with --enable-expert-parallel or "
-                  "--decode-context-parallel-size yet: run one layout");
   if (std::string why =
           spans_every_rank("--decode-context-parallel-size", l.dcp, "the DCP group spans");
       !why.empty())
