@@ -72,7 +72,8 @@ class SafetensorsFile {
   // from the page cache. For loaders that have copied (packed) what they use on the hot
   // path, so the file's pages stop counting twice in the resident set.
   void release_resident_pages() const;
-  // count_nonfinite of a view into this file's mapping, read through the file descriptor
+  // count_nonfinite of a view into this file's mapping, read through the file descriptor (kept
+  // open with the mapping)
   // (pread, 4 MiB at a time: no page of the mapping is faulted in); -1 when the view is not
   // in this mapping or a read fails.
   int64_t scan_nonfinite(const TensorView& t) const;

@@ -52,14 +52,14 @@ LlamaKvState::Options kv_options(const LlamaModel& m, const RunnerOptions& o) {
   k.unit_store = o.unit_store;
   k.salt = o.prefix_salt;
   k.prefix_cache = o.enable_prefix_caching;
-  // With a checkpoint fingerprint (tiers) the files are the identity, not their path, so
-  // servers on copies of the checkpoint share units.
   if (const std::shared_ptr<DcpComm> d = process_dcp_comm(); d && d->size() > 1)
     k.dcp = RowShard{d->rank(), d->size(), d->interleave()};
   if (const std::shared_ptr<PipeComm> p = pipe_of(m)) {
     const PipeStage st = pipe_stage(p.get(), static_cast<int>(c.num_hidden_layers));
     k.stage = StageLayers{st.begin, st.end, static_cast<int>(c.num_hidden_layers)};
   }
+  // With a checkpoint fingerprint (tiers) the files are the identity, not their path, so
+  // servers on copies of the checkpoint share units.
   k.identity = fmt::format("llama|{}|L{}|d{}|kv{}x{}|V{}",
                            o.prefix_salt ? std::string("fp") : m.dir(), c.num_hidden_layers,
                            c.hidden_size, c.num_key_value_heads, c.head_dim, c.vocab_size);
