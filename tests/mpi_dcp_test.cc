@@ -79,9 +79,10 @@ TEST(MpiDcp, GenerateEqualsOneRank) {
 }
 
 // Plain KV: records are chunks of 16 positions, so prompts around 16 / 32 / 48 (interleave 1
-// over 2 ranks, interleave 2 over 3) and the prefix unit; 1-16 tokens leave every rank but 0
-// without a row.
-const std::vector<int64_t> kLlamaLens = {1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97, 150};
+// over 2 ranks, interleave 2 over 3) and the prefix units (32 at DCP 2, 96 at DCP 3 with
+// interleave 2); 1-16 tokens leave every rank but 0 without a row.
+const std::vector<int64_t> kLlamaLens = {1,  2,  15, 16, 17, 31, 32, 33, 47, 48,
+                                           63, 64, 65, 95, 96, 97, 150};
 
 TEST(MpiDcp, ServerAnswersAsOneRankLlama) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";

@@ -4,6 +4,7 @@
 // blocks down each branch (FP4 dot path and chain fallback; FP8 dot path and chain fallback).
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -335,6 +336,16 @@ TEST(BlockGemmExt, PrefillPanelPairsBitExactWhereOrderMatters) {
   };
   const int64_t M = 29, N = 128;
   ThreadPool pool(2);
+  // Runs the GEMM on the calling thread, then on 2 threads: every output == expect.
+  auto each_pool = [&](const std::function<void(ThreadPool*)>& gemm, std::vector<float>& y,
+                       const std::vector<float>& expect, const char* what) {
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::fill(y.begin(), y.end(), -1.0f);
+      gemm(tp);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], expect[i]) << what << " i=" << i << " threads=" << (tp ? 2 : 1);
+    }
+  };
   for (int64_t bk : {32, 128}) {
     const int64_t K = 2 * bk, nkb = K / bk;
     std::vector<float> q(M * K), sx(M * nkb, 1.0f);
@@ -351,11 +362,8 @@ TEST(BlockGemmExt, PrefillPanelPairsBitExactWhereOrderMatters) {
     std::vector<float> expect(M * N), y(M * N);
     ref::fp8_gemm_cols(a, W, expect.data(), OutRound::kF32, 0, N);
     const PackedFp8Weight P = pack_fp8_weight(W);
-    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      std::fill(y.begin(), y.end(), -1.0f);
-      fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp);
-      for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "fp8 bk=" << bk << " i=" << i;
-    }
+    each_pool([&](ThreadPool* tp) { fp8_gemm_packed(a, P, y.data(), OutRound::kF32, tp); }, y,
+              expect, "fp8");
     int64_t differ = 0;
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
@@ -383,11 +391,8 @@ TEST(BlockGemmExt, PrefillPanelPairsBitExactWhereOrderMatters) {
   std::vector<float> expect(M * N), y(M * N);
   ref::fp4_gemm_cols(a, W4, expect.data(), OutRound::kF32, 0, N);
   const PackedFp4Weight P4 = pack_fp4_weight(W4);
-  for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-    std::fill(y.begin(), y.end(), -1.0f);
-    fp4_gemm_packed(a, P4, y.data(), OutRound::kF32, tp);
-    for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y[i], expect[i]) << "fp4 i=" << i;
-  }
+  each_pool([&](ThreadPool* tp) { fp4_gemm_packed(a, P4, y.data(), OutRound::kF32, tp); }, y,
+            expect, "fp4");
 }
 
 }  // namespace
