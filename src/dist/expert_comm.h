@@ -1,10 +1,13 @@
-// Expert parallelism's collective, as the MoE layer sees it (issue 25 item 3). Experts are
-// partitioned over ranks in contiguous id ranges (expert_owner); every rank holds every token
-// (attention and the shared expert replicated), computes the routed experts it owns, and the
-// combine gathers every routed expert's output rows to every rank, which then sums them in
-// ascending expert id in fp32 exactly as one rank does -- so the result is bit-identical to a
-// single rank. The implementation over MPI is dist/mpi_world.h (linked into the strata binary
-// only); tests may provide their own.
+// Expert parallelism's collectives, as the MoE layer sees them (issue 25 item 3). Experts are
+// partitioned over ranks in contiguous id ranges (expert_owner). Attention and the shared
+// expert's inputs are replicated, so every rank holds every token's hidden state; each token
+// has one origin rank (dist/expert_dispatch.h, contiguous token ranges), which quantizes it
+// and dispatches it (FP8 codes + UE8M0 scales, the format the expert GEMM consumes) to the
+// ranks owning the experts it picked with one alltoallv; the expert outputs go back to the
+// origin with a second alltoallv, where they are summed in ascending expert id in fp32 exactly
+// as one rank sums them; the finished rows are then allgathered so every rank holds every
+// token again -- so the result is bit-identical to a single rank. The implementation over MPI
+// is mpi/mpi_world.h (linked into the strata binary only); tests use dist/fake_expert_comm.h.
 // Thread safety: called from the forward's calling thread only, one at a time.
 #pragma once
 
@@ -26,14 +29,19 @@ class ExpertComm {
   virtual ~ExpertComm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place: buf holds, for each rank r in order, rows_per_rank[r] rows of row_floats floats
-  // (its experts' outputs, ascending expert id); this rank's segment is filled, the call fills
-  // every other rank's. Every rank passes the same rows_per_rank (derived from the replicated
-  // routing); the implementation first exchanges the counts and CHECK-fails naming the ranks
-  // if they disagree (diverged routing) or a count exceeds MPI's int range.
-  virtual void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
-                              int64_t row_floats) = 0;
-  // Seconds spent in allgather_rows since construction (the MoE collective time).
+  // MPI_Alltoallv of rows of `row_bytes` bytes: send holds, for each destination rank d in
+  // order, send_rows[d] rows; recv receives, for each source rank s in order, recv_rows[s]
+  // rows (what this rank expects, derived from the replicated routing). Counts first: the
+  // send counts are exchanged (an alltoall) and compared with recv_rows; a mismatch is a
+  // CHECK failure naming both ranks (diverged routing), as is a count beyond MPI's int range.
+  virtual void alltoallv_rows(const void* send, const std::vector<int64_t>& send_rows, void* recv,
+                              const std::vector<int64_t>& recv_rows, int64_t row_bytes) = 0;
+  // In place MPI_Allgatherv of rows of `row_bytes` bytes: buf holds rows_per_rank[r] rows for
+  // each rank r in order; this rank's segment is filled, the call fills the others'. Every
+  // rank passes the same rows_per_rank; the counts are checked first as above.
+  virtual void allgatherv_rows(void* buf, const std::vector<int64_t>& rows_per_rank,
+                               int64_t row_bytes) = 0;
+  // Seconds spent in the collectives since construction (the MoE collective time).
   virtual double seconds() const = 0;
 };
 

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "base/check.h"
+#include "dist/fake_ranks.h"
 #include "dist/dcp_comm.h"
 
 namespace strata {
@@ -50,13 +50,10 @@ class FakeDcpGroup {
 
   // Runs body(comm) on `size` threads, one per rank; returns when all are done.
   void run(const std::function<void(DcpComm&)>& body) {
-    std::vector<std::thread> th;
-    for (int r = 0; r < size_; ++r)
-      th.emplace_back([this, r, &body] {
-        Comm c(this, r);
-        body(c);
-      });
-    for (auto& t : th) t.join();
+    run_rank_threads(size_, [this, &body](int r) {
+      Comm c(this, r);
+      body(c);
+    });
   }
 
  private:

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/fake_ranks.h"
 #include "dist/pipe_comm.h"
 
 namespace strata {
@@ -42,10 +43,7 @@ class FakePipeGroup {
 
   // Runs body(stage) on `size` threads, one per stage; returns when all are done.
   void run(const std::function<void(int stage, std::shared_ptr<PipeComm> comm)>& body) {
-    std::vector<std::thread> th;
-    for (int r = 0; r < size_; ++r)
-      th.emplace_back([this, r, &body] { body(r, std::make_shared<Comm>(this, r)); });
-    for (auto& t : th) t.join();
+    run_rank_threads(size_, [this, &body](int r) { body(r, std::make_shared<Comm>(this, r)); });
   }
 
  private:

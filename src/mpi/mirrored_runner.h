@@ -3,7 +3,7 @@
 // release a sequence, attach a cached prefix, step, truncate, draft) is first broadcast
 // (MPI_Bcast from rank 0) and then executed; every other rank runs follow() on its own replica
 // runner, receiving and executing the same calls in the same order. Forwards therefore run in
-// lockstep, so the collectives inside them (the MoE combine of expert parallelism) line up,
+// lockstep, so the collectives inside them (the MoE dispatch and combine of expert parallelism) line up,
 // also in steps where a rank owns no routed token. Pure queries (lengths, capacity, peeks) are
 // answered by rank 0's runner alone. Sampling happens on rank 0 only (followers drop their
 // logits). Not supported with several ranks: handoff import (PD) -- Unimplemented.

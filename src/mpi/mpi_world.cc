@@ -30,10 +30,40 @@ void finalize_at_exit() {
   if (!fin) MPI_Finalize();
 }
 
-// In-place MPI_Allgatherv of float rows over MPI_COMM_WORLD, counts first (the contract of
-// ExpertComm::allgather_rows and DcpComm::allgather_rows); `what` names the layout in errors.
-void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& rows_per_rank,
-                    int64_t row_floats) {
+// An MPI datatype of one row of `row_bytes` bytes (counts are then rows, far from MPI's int
+// limit), freed at scope exit.
+struct RowType {
+  MPI_Datatype t;
+  RowType(const char* what, int64_t row_bytes) {
+    STRATA_CHECK_MSG(row_bytes > 0 && row_bytes <= INT_MAX, "{}: rows of {} bytes", what,
+                     row_bytes);
+    MPI_Type_contiguous(static_cast<int>(row_bytes), MPI_BYTE, &t);
+    MPI_Type_commit(&t);
+  }
+  ~RowType() { MPI_Type_free(&t); }
+};
+
+// Row counts as MPI's ints with their displacements; a count beyond INT_MAX is a CHECK
+// failure naming the layout.
+void int_counts(const char* what, const std::vector<int64_t>& rows, std::vector<int>* counts,
+                std::vector<int>* displs) {
+  const size_t n = rows.size();
+  counts->resize(n);
+  displs->resize(n);
+  int64_t at = 0;
+  for (size_t r = 0; r < n; ++r) {
+    STRATA_CHECK_MSG(rows[r] >= 0 && rows[r] <= INT_MAX && at <= INT_MAX,
+                     "{}: {} rows exceed MPI's int counts", what, at + rows[r]);
+    (*counts)[r] = static_cast<int>(rows[r]);
+    (*displs)[r] = static_cast<int>(at);
+    at += rows[r];
+  }
+}
+
+// In-place MPI_Allgatherv of rows over MPI_COMM_WORLD, counts first (the contract of
+// ExpertComm::allgatherv_rows and DcpComm::allgather_rows); `what` names the layout in errors.
+void allgather_rows(const char* what, void* buf, const std::vector<int64_t>& rows_per_rank,
+                    int64_t row_bytes) {
   const int n = mpi_size(), me = mpi_rank();
   STRATA_CHECK(static_cast<int>(rows_per_rank.size()) == n);
   // Counts first: every rank says how many rows it sends; they must be what every rank
@@ -43,43 +73,53 @@ void allgather_rows(const char* what, float* buf, const std::vector<int64_t>& ro
   MPI_Request req;
   MPI_Iallgather(&mine, 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD, &req);
   dist_wait(&req, what);
-  std::vector<int> counts(n), displs(n);
-  int64_t at = 0;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; ++r)
     STRATA_CHECK_MSG(said[r] == rows_per_rank[r],
                      "{}: rank {} sends {} rows, rank {} expected {} (the ranks' replicated "
                      "state diverged)", what, r, said[r], me, rows_per_rank[r]);
-    STRATA_CHECK_MSG(rows_per_rank[r] <= INT_MAX && at <= INT_MAX,
-                     "{}: {} rows exceed MPI's int counts", what, at + rows_per_rank[r]);
-    counts[r] = static_cast<int>(rows_per_rank[r]);
-    displs[r] = static_cast<int>(at);
-    at += rows_per_rank[r];
-  }
-  STRATA_CHECK_MSG(row_floats > 0 && row_floats <= INT_MAX, "{}: rows of {} floats", what,
-                   row_floats);
-  MPI_Datatype row;
-  MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
-  MPI_Type_commit(&row);
-  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row,
+  std::vector<int> counts, displs;
+  int_counts(what, rows_per_rank, &counts, &displs);
+  RowType row(what, row_bytes);
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), row.t,
                   MPI_COMM_WORLD, &req);
   dist_wait(&req, what);
-  MPI_Type_free(&row);
 }
 
-// allgather_rows under a name, with the seconds spent in it summed (a layout's collective
-// time): the one implementation behind both layouts' communicators.
-class TimedAllgather {
+// MPI_Alltoallv of rows over MPI_COMM_WORLD, counts first (ExpertComm::alltoallv_rows).
+void alltoallv_rows(const char* what, const void* send, const std::vector<int64_t>& send_rows,
+                    void* recv, const std::vector<int64_t>& recv_rows, int64_t row_bytes) {
+  const int n = mpi_size(), me = mpi_rank();
+  STRATA_CHECK(static_cast<int>(send_rows.size()) == n && static_cast<int>(recv_rows.size()) == n);
+  std::vector<int64_t> said(n);
+  MPI_Request req;
+  MPI_Ialltoall(send_rows.data(), 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD,
+                &req);
+  dist_wait(&req, what);
+  for (int s = 0; s < n; ++s)
+    STRATA_CHECK_MSG(said[s] == recv_rows[s],
+                     "{}: rank {} sends {} rows to rank {}, which expected {} (the ranks' "
+                     "replicated routing diverged)", what, s, said[s], me, recv_rows[s]);
+  std::vector<int> sc, sd, rc, rd;
+  int_counts(what, send_rows, &sc, &sd);
+  int_counts(what, recv_rows, &rc, &rd);
+  RowType row(what, row_bytes);
+  MPI_Ialltoallv(send, sc.data(), sd.data(), row.t, recv, rc.data(), rd.data(), row.t,
+                 MPI_COMM_WORLD, &req);
+  dist_wait(&req, what);
+}
+
+// Seconds summed over scopes (a layout's collective time).
+class Stopwatch {
  public:
-  explicit TimedAllgather(const char* what) : what_(what) {}
-  void operator()(float* buf, const std::vector<int64_t>& rows_per_rank, int64_t row_floats) {
+  template <class F>
+  void time(F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
-    allgather_rows(what_, buf, rows_per_rank, row_floats);
+    f();
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double seconds() const { return seconds_; }
 
  private:
-  const char* what_;
   double seconds_ = 0;
 };
 
@@ -87,14 +127,19 @@ class MpiExpertComm final : public ExpertComm {
  public:
   int rank() const override { return mpi_rank(); }
   int size() const override { return mpi_size(); }
-  double seconds() const override { return gather_.seconds(); }
-  void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
-                      int64_t row_floats) override {
-    gather_(buf, rows_per_rank, row_floats);
+  double seconds() const override { return watch_.seconds(); }
+  void alltoallv_rows(const void* send, const std::vector<int64_t>& send_rows, void* recv,
+                      const std::vector<int64_t>& recv_rows, int64_t row_bytes) override {
+    watch_.time([&] { strata::alltoallv_rows(kWhat, send, send_rows, recv, recv_rows, row_bytes); });
+  }
+  void allgatherv_rows(void* buf, const std::vector<int64_t>& rows_per_rank,
+                       int64_t row_bytes) override {
+    watch_.time([&] { allgather_rows(kWhat, buf, rows_per_rank, row_bytes); });
   }
 
  private:
-  TimedAllgather gather_{"expert parallel"};
+  static constexpr const char* kWhat = "expert parallel";
+  Stopwatch watch_;
 };
 
 class MpiDcpComm final : public DcpComm {
@@ -103,15 +148,18 @@ class MpiDcpComm final : public DcpComm {
   int rank() const override { return mpi_rank(); }
   int size() const override { return mpi_size(); }
   int64_t interleave() const override { return interleave_; }
-  double seconds() const override { return gather_.seconds(); }
+  double seconds() const override { return watch_.seconds(); }
   void allgather_rows(float* buf, const std::vector<int64_t>& rows_per_rank,
                       int64_t row_floats) override {
-    gather_(buf, rows_per_rank, row_floats);
+    watch_.time([&] {
+      strata::allgather_rows("decode context parallel", buf, rows_per_rank,
+                     row_floats * static_cast<int64_t>(sizeof(float)));
+    });
   }
 
  private:
   int64_t interleave_;
-  TimedAllgather gather_{"decode context parallel"};
+  Stopwatch watch_;
 };
 
 // Pipeline stages over MPI_COMM_WORLD: stage = rank. A boundary is its length (int64) then

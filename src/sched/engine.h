@@ -103,7 +103,7 @@ struct EngineStats {
   double schedule_seconds_total = 0;     // planning + sampling/detokenizing
   double forward_seconds_total = 0;      // runner.step
   // Multi-rank collectives inside the forwards (this rank's view, rank 0 in a server): the
-  // expert-parallel MoE combine and the DCP exchanges (dist/expert_comm.h, dcp_comm.h).
+  // expert-parallel MoE dispatch / combine and the DCP exchanges (dist/expert_comm.h, dcp_comm.h).
   double moe_collective_seconds_total = 0;
   double dcp_exchange_seconds_total = 0;
   double pp_boundary_seconds_total = 0;  // pipeline stage boundaries (dist/pipe_comm.h)

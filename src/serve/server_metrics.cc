@@ -228,7 +228,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   counter("engine_forward_seconds_total", "Engine time in the model's forward pass.",
           s.forward_seconds_total);
   counter("moe_collective_seconds_total",
-          "Time in the expert-parallel MoE combine (MPI all-gather), on rank 0; 0 on one rank.",
+          "Time in the expert-parallel MoE dispatch and combine (MPI all-to-all, all-gather), on "
+          "rank 0; 0 on one rank.",
           s.moe_collective_seconds_total);
   counter("dcp_exchange_seconds_total",
           "Time in the decode-context-parallel exchanges (index scores, selected rows), on "

@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "exec/deepseek_v4/v4_forward_call.h"
 #include "exec/deepseek_v4/v4_ops.h"
+#include "exec/ep_moe.h"
 #include "exec/stage_carry.h"
 #include "model/dtype.h"
 
@@ -92,6 +93,22 @@ void DeepseekV4Model::expert(const V41ExpertWeights& w, const float* x, int64_t 
   std::vector<float> g(M * I), u(M * I);
   v4::linear(x, M, w.w1, g.data(), pool_.get());
   v4::linear(x, M, w.w3, u.data(), pool_.get());
+  expert_tail(w, g, u, M, route_w, clamp, out);
+}
+
+void DeepseekV4Model::expert_q(const V41ExpertWeights& w, const kernels::QuantActs& a,
+                               const float* route_w, bool clamp, float* out) const {
+  const int64_t M = a.m, I = w.w1.out;
+  std::vector<float> g(M * I), u(M * I);
+  v4::linear_q(a, w.w1, g.data(), pool_.get());
+  v4::linear_q(a, w.w3, u.data(), pool_.get());
+  expert_tail(w, g, u, M, route_w, clamp, out);
+}
+
+void DeepseekV4Model::expert_tail(const V41ExpertWeights& w, std::vector<float>& g,
+                                  const std::vector<float>& u, int64_t M, const float* route_w,
+                                  bool clamp, float* out) const {
+  const int64_t I = w.w1.out;
   const float lim = static_cast<float>(config_.swiglu_limit);
   parallel_rows(pool_.get(), M, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
@@ -154,9 +171,21 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   });
   if (c.routes) c.routes->moe[L] = sel;
 
+  if (expert_comm_) {  // expert parallelism: dispatch, experts, combine (exec/ep_moe.h)
+    EpMoeExperts ex;
+    ex.dim = D;
+    ex.act_block = v4::act_block(mw.experts[0].w1);
+    ex.routed = [&](int64_t e, const kernels::QuantActs& a, const float* rw, float* o) {
+      expert_q(mw.experts[e], a, rw, /*clamp=*/true, o);
+    };
+    ex.shared = [&](const float* xs, int64_t n, float* o) {
+      expert(mw.shared, xs, n, nullptr, /*clamp=*/false, o);
+    };
+    moe_expert_parallel(*expert_comm_, sel, wts, E, x, S, ex, out);
+    return;
+  }
   // One call per routed expert some token picked, ascending id; their output rows laid out
-  // in that order. Under expert parallelism this rank computes the experts it owns
-  // (contiguous id ranges, so rank order = expert order) and the combine gathers the rest.
+  // in that order.
   struct Call1 {
     int64_t e = 0, off = 0;
     std::vector<int64_t> toks;
@@ -178,33 +207,23 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
     rows += static_cast<int64_t>(call.toks.size());
     calls.push_back(std::move(call));
   }
-  const int ep = expert_comm_ ? expert_comm_->size() : 1;
-  const int me = ep > 1 ? expert_comm_->rank() : 0;
   std::vector<float> y(S * D, 0.0f), xs, eo(rows * D);
-  std::vector<int64_t> rows_per_rank(ep, 0);
-  std::vector<const Call1*> mine;  // this rank's expert calls
-  for (const Call1& call : calls) {
-    const int owner = ep > 1 ? expert_owner(call.e, E, ep) : 0;
-    rows_per_rank[owner] += static_cast<int64_t>(call.toks.size());
-    if (owner == me) mine.push_back(&call);
-  }
   auto run_call = [&](const Call1& call, std::vector<float>& xbuf) {
     const int64_t n = static_cast<int64_t>(call.toks.size());
     xbuf.resize(n * D);
     for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xbuf[r * D]);
     expert(mw.experts[call.e], xbuf.data(), n, call.rw.data(), /*clamp=*/true, &eo[call.off * D]);
   };
-  if (S > 1 && pool_ && pool_->num_threads() > 1 && mine.size() > 1) {
+  if (S > 1 && pool_ && pool_->num_threads() > 1 && calls.size() > 1) {
     // A prefill: whole experts over the threads (each expert's GEMMs then run inline on its
     // thread; their output rows are disjoint), rather than every small GEMM split in turn.
-    pool_->parallel_for_stealing(static_cast<int64_t>(mine.size()), [&](int64_t b, int64_t e) {
+    pool_->parallel_for_stealing(static_cast<int64_t>(calls.size()), [&](int64_t b, int64_t e) {
       std::vector<float> xbuf;
-      for (int64_t i = b; i < e; ++i) run_call(*mine[i], xbuf);
+      for (int64_t i = b; i < e; ++i) run_call(calls[i], xbuf);
     }, 1);
   } else {
-    for (const Call1* call : mine) run_call(*call, xs);
+    for (const Call1& call : calls) run_call(call, xs);
   }
-  if (ep > 1) expert_comm_->allgather_rows(eo.data(), rows_per_rank, D);
   for (const Call1& call : calls)
     for (size_t r = 0; r < call.toks.size(); ++r)
       for (int64_t d = 0; d < D; ++d)

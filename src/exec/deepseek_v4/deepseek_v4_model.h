@@ -168,6 +168,13 @@ class DeepseekV4Model {
   void ffn_sublayer(int layer, Call& c, float* h, float* f) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
               bool clamp, float* out) const;
+  // expert() on rows already quantized for w1 / w3 (a.block == v4::act_block(w.w1): the
+  // expert-parallel dispatch, exec/ep_moe.h); FP8 / FP4 experts only. Bit-identical to
+  // expert() on the float rows. The up-projections of both then go through expert_tail.
+  void expert_q(const V41ExpertWeights& w, const kernels::QuantActs& a, const float* route_w,
+                bool clamp, float* out) const;
+  void expert_tail(const V41ExpertWeights& w, std::vector<float>& g, const std::vector<float>& u,
+                   int64_t M, const float* route_w, bool clamp, float* out) const;
   // Feeds S tokens' x [S, D] to a compressor; appends the rows it emits to st.rows.
   void compress(const V4CompressorWeights& cw, V4CompressorState& st, bool rotate, int layer,
                 const float* x, int64_t s0, int64_t S) const;

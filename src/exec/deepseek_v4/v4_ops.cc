@@ -28,6 +28,28 @@ int fp4_act_block(int64_t k) {
 }
 }  // namespace
 
+namespace {
+kernels::Fp8BlockWeight fp8_view(const V41Linear& w) {
+  kernels::Fp8BlockWeight fw;
+  fw.codes = w.weight.data;
+  fw.scales_e8m0 = w.scale.data;
+  fw.n = w.out;
+  fw.k = w.in;
+  fw.block_n = w.block;
+  fw.block_k = w.block;
+  return fw;
+}
+kernels::Fp4Weight fp4_view(const V41Linear& w) {
+  kernels::Fp4Weight fw;
+  fw.packed = w.weight.data;
+  fw.scales_e8m0 = w.scale.data;
+  fw.n = w.out;
+  fw.k = w.in;
+  fw.group = 32;
+  return fw;
+}
+}  // namespace
+
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool) {
   if (w.packed) {
     if (w.kind == V41WeightKind::kFp4) {  // V4's activation block, not V4.1's 32
@@ -38,31 +60,48 @@ void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool*
     return;
   }
   switch (w.kind) {
-    case V41WeightKind::kFp8: {
-      kernels::Fp8BlockWeight fw;
-      fw.codes = w.weight.data;
-      fw.scales_e8m0 = w.scale.data;
-      fw.n = w.out;
-      fw.k = w.in;
-      fw.block_n = w.block;
-      fw.block_k = w.block;
-      kernels::linear_fp8(x, M, fw, y, nullptr);
+    case V41WeightKind::kFp8:
+      kernels::linear_fp8(x, M, fp8_view(w), y, nullptr);
       return;
-    }
-    case V41WeightKind::kFp4: {
-      kernels::Fp4Weight fw;
-      fw.packed = w.weight.data;
-      fw.scales_e8m0 = w.scale.data;
-      fw.n = w.out;
-      fw.k = w.in;
-      fw.group = 32;
-      kernels::linear_fp4(x, M, fw, fp4_act_block(w.in), y, nullptr);
+    case V41WeightKind::kFp4:
+      kernels::linear_fp4(x, M, fp4_view(w), fp4_act_block(w.in), y, nullptr);
       return;
-    }
     case V41WeightKind::kBf16:
     case V41WeightKind::kF32:
       v41::linear(x, M, w, y);
       return;
+  }
+}
+
+int act_block(const V41Linear& w) {
+  switch (w.kind) {
+    case V41WeightKind::kFp8:
+      return w.packed ? static_cast<int>(w.packed->fp8.block_k) : w.block;
+    case V41WeightKind::kFp4:
+      return fp4_act_block(w.in);
+    default:
+      return 0;
+  }
+}
+
+void linear_q(const kernels::QuantActs& a, const V41Linear& w, float* y, ThreadPool* pool) {
+  STRATA_CHECK_MSG(a.block == act_block(w) && a.k == w.in,
+                   "{}: activations quantized in blocks of {} over {}, the weight takes {} over {}",
+                   w.weight.name, a.block, a.k, act_block(w), w.in);
+  const kernels::OutRound bf16 = kernels::OutRound::kBf16;
+  if (w.kind == V41WeightKind::kFp8) {
+    if (w.packed) {
+      kernels::fp8_gemm_packed(a, w.packed->fp8, y, bf16, pool);
+    } else {
+      kernels::fp8_gemm(a, fp8_view(w), y, bf16, nullptr);
+    }
+    return;
+  }
+  STRATA_CHECK_MSG(w.kind == V41WeightKind::kFp4, "{}: not an FP8 / FP4 weight", w.weight.name);
+  if (w.packed) {
+    kernels::fp4_gemm_packed(a, w.packed->fp4, y, bf16, pool);
+  } else {
+    kernels::fp4_gemm(a, fp4_view(w), y, bf16, nullptr);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "exec/deepseek_v41/v41_ops.h"
+#include "kernels/block_gemm.h"
 #include "model/deepseek_v41_weights.h"
 
 namespace strata::v4 {
@@ -30,6 +31,13 @@ namespace strata::v4 {
 // With w.packed set (DeepseekV4Weights::pack_for_kernels) the packed multi-threaded kernels
 // run over `pool` (may be null), bit-identical to the loops used without it.
 void linear(const float* x, int64_t M, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
+// The activation block linear() quantizes x with for an FP8 / FP4 weight (0 for BF16 / F32:
+// not quantized).
+int act_block(const V41Linear& w);
+// linear() on rows already quantized the way linear() quantizes them (a.block == act_block(w),
+// UE8M0 scales; expert-parallel dispatch, exec/ep_moe.h): the same GEMM, so
+// linear_q(act_quant(x), w) == linear(x, w) bit for bit. w FP8 or FP4 (CHECKed); y [a.m, w.out].
+void linear_q(const kernels::QuantActs& a, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
 
 // F.linear with an fp32 (or bf16-promoted) weight, fp32 output: one sequential FMA chain
 // over K per output (the per-element order of a BLAS sgemm micro-kernel). Used for the mHC

@@ -130,8 +130,8 @@ struct V41LoadOptions {
   // engram_cache_bytes (0: 64 MiB).
   EngramPlacement engram_placement = EngramPlacement::kMmap;
   int64_t engram_cache_bytes = 0;
-  // Expert parallelism (dist/expert_comm.h): this rank computes the routed experts it owns
-  // and the combine gathers the others; null = the process's (process_expert_comm()), which
+  // Expert parallelism (dist/expert_comm.h, exec/ep_moe.h): tokens dispatched in FP8 to the
+  // ranks owning their experts, outputs combined at their origin; null = the process's (process_expert_comm()), which
   // is null on one rank.
   std::shared_ptr<ExpertComm> expert_comm;
   // Decode context parallelism (dist/dcp_comm.h): compressed KV rows and index keys are
@@ -242,6 +242,15 @@ class DeepseekV41Model {
   void moe(int layer, const float* x, Ctx& c, float* out) const;
   void expert(const V41ExpertWeights& w, const float* x, int64_t M, const float* route_w,
               float* out) const;
+  // The activation block of an expert whose w1|w3 are packed stacked (w13_packed), 0 if not.
+  static int expert_act_block(const V41ExpertWeights& w);
+  // expert() on rows already quantized for w1|w3 (a.block == expert_act_block(w) > 0: the
+  // expert-parallel dispatch, exec/ep_moe.h), bit-identical to expert() on the float rows;
+  // expert_tail is both's SwiGLU and down-projection of the up-projections g, u [M, I].
+  void expert_q(const V41ExpertWeights& w, const kernels::QuantActs& a, const float* route_w,
+                float* out) const;
+  void expert_tail(const V41ExpertWeights& w, std::vector<float>& g, const std::vector<float>& u,
+                   int64_t M, const float* route_w, float* out) const;
   // One expert applied to some rows of the MoE input x [S, dim].
   struct ExpertCall {
     const V41ExpertWeights* w = nullptr;

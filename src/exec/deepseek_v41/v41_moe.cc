@@ -15,11 +15,13 @@
 #include <cmath>
 #include <vector>
 
+#include "base/check.h"
 #include "base/phase_profile.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41/deepseek_v41_model.h"
 #include "exec/deepseek_v41/v41_forward_ctx.h"
+#include "exec/ep_moe.h"
 #include "kernels/act_quant.h"
 #include "kernels/block_gemm.h"
 
@@ -43,26 +45,52 @@ struct QuantRows {
 
 }  // namespace
 
+int DeepseekV41Model::expert_act_block(const V41ExpertWeights& w) {
+  kernels::PackedGemmJob job;
+  int block = 0;
+  return v41::packed_gemm_job(w.w13_packed.get(), w.w1.kind, &job, &block) ? block : 0;
+}
+
 void DeepseekV41Model::expert(const V41ExpertWeights& w, const float* x, int64_t M,
                               const float* route_w, float* out) const {
+  if (const int block = expert_act_block(w)) {  // w1 and w3 stacked: one GEMM
+    QuantRows q;
+    q.make(x, M, w.w1.in, block);  // what linear_fp8_packed / linear_fp4_packed do first
+    expert_q(w, kernels::QuantActs{q.q.data(), q.s.data(), M, w.w1.in, block}, route_w, out);
+    return;
+  }
   const int64_t I = w.w1.out;
   std::vector<float> g(M * I), u(M * I);
-  if (w.w13_packed) {
-    // w1 and w3 stacked: one GEMM, rows [0, I) are w1's, [I, 2I) w3's (independent rows).
-    std::vector<float> y(M * 2 * I);
-    if (w.w1.kind == V41WeightKind::kFp4) {
-      kernels::linear_fp4_packed(x, M, w.w13_packed->fp4, 32, y.data(), pool_.get());
-    } else {
-      kernels::linear_fp8_packed(x, M, w.w13_packed->fp8, y.data(), pool_.get());
-    }
-    for (int64_t r = 0; r < M; ++r) {
-      std::copy_n(&y[r * 2 * I], I, &g[r * I]);
-      std::copy_n(&y[r * 2 * I + I], I, &u[r * I]);
-    }
+  v41::linear(x, M, w.w1, g.data(), pool_.get());
+  v41::linear(x, M, w.w3, u.data(), pool_.get());
+  expert_tail(w, g, u, M, route_w, out);
+}
+
+void DeepseekV41Model::expert_q(const V41ExpertWeights& w, const kernels::QuantActs& a,
+                                const float* route_w, float* out) const {
+  const int block = expert_act_block(w);
+  STRATA_CHECK_MSG(block > 0 && a.block == block && a.k == w.w1.in,
+                   "expert parallelism needs experts packed as FP8 (32-blocks) or FP4, quantized "
+                   "in blocks of {} (got {})", block, a.block);
+  const int64_t M = a.m, I = w.w1.out;
+  // Rows [0, I) of the stacked output are w1's, [I, 2I) w3's (independent rows).
+  std::vector<float> y(M * 2 * I), g(M * I), u(M * I);
+  if (w.w1.kind == V41WeightKind::kFp4) {
+    kernels::fp4_gemm_packed(a, w.w13_packed->fp4, y.data(), kernels::OutRound::kBf16, pool_.get());
   } else {
-    v41::linear(x, M, w.w1, g.data(), pool_.get());
-    v41::linear(x, M, w.w3, u.data(), pool_.get());
+    kernels::fp8_gemm_packed(a, w.w13_packed->fp8, y.data(), kernels::OutRound::kBf16, pool_.get());
   }
+  for (int64_t r = 0; r < M; ++r) {
+    std::copy_n(&y[r * 2 * I], I, &g[r * I]);
+    std::copy_n(&y[r * 2 * I + I], I, &u[r * I]);
+  }
+  expert_tail(w, g, u, M, route_w, out);
+}
+
+void DeepseekV41Model::expert_tail(const V41ExpertWeights& w, std::vector<float>& g,
+                                   const std::vector<float>& u, int64_t M, const float* route_w,
+                                   float* out) const {
+  const int64_t I = w.w1.out;
   const float lim = static_cast<float>(config_.swiglu_limit);
   const bool clamp = lim > 0 && (route_w != nullptr || config_.shared_expert_clamped);
   for (int64_t r = 0; r < M; ++r)
@@ -225,6 +253,26 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   }
   if (c.routes) c.routes->moe[L] = sel;
 
+  if (expert_comm_) {  // expert parallelism: dispatch, experts, combine (exec/ep_moe.h)
+    EpMoeExperts ex;
+    ex.dim = D;
+    ex.act_block = expert_act_block(mw.experts[0]);
+    STRATA_CHECK_MSG(ex.act_block > 0, "layer {}: expert parallelism needs the routed experts "
+                     "packed as FP8 (32-blocks) or FP4", L);
+    ex.routed = [&](int64_t e, const kernels::QuantActs& a, const float* rw, float* o) {
+      expert_q(mw.experts[e], a, rw, o);
+    };
+    ex.shared = [&](const float* xs, int64_t n, float* o) {
+      std::vector<ExpertCall> one(1);
+      one[0].w = &mw.shared;
+      one[0].out = o;
+      for (int64_t i = 0; i < n; ++i) one[0].toks.push_back(i);
+      if (!experts_batched(one, xs, n)) expert(mw.shared, xs, n, nullptr, o);
+    };
+    moe_expert_parallel(*expert_comm_, sel, wts, E, x, S, ex, out);
+    return;
+  }
+
   // One call per routed expert some token picked (ascending expert id), then the shared one.
   std::vector<ExpertCall> calls;
   for (int64_t e = 0; e < E; ++e) {
@@ -254,35 +302,15 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
     calls[i].out = eo + eo_off[i];
     calls[i].route_w = calls[i].rw.empty() ? nullptr : calls[i].rw.data();
   }
-  // Expert parallelism: compute only the routed experts this rank owns (and the shared one);
-  // the others' rows arrive by the combine below.
-  const int ep = expert_comm_ ? expert_comm_->size() : 1;
-  std::vector<ExpertCall> mine;
-  std::vector<int64_t> rows_per_rank(ep, 0);
-  if (ep > 1) {
-    const int me = expert_comm_->rank();
-    for (size_t i = 0; i + 1 < calls.size(); ++i) {
-      const int64_t e = calls[i].w - mw.experts.data();
-      const int r = expert_owner(e, E, ep);
-      rows_per_rank[r] += static_cast<int64_t>(calls[i].toks.size());
-      if (r == me) mine.push_back(calls[i]);
-    }
-    mine.push_back(calls.back());  // the shared expert: replicated
-  }
-  std::vector<ExpertCall>& todo = ep > 1 ? mine : calls;
-  if (!experts_batched(todo, x, S)) {
+  if (!experts_batched(calls, x, S)) {
     std::vector<float> xs;
-    for (ExpertCall& call : todo) {
+    for (ExpertCall& call : calls) {
       const int64_t n = static_cast<int64_t>(call.toks.size());
       xs.resize(n * D);
       for (int64_t r = 0; r < n; ++r) std::copy_n(x + call.toks[r] * D, D, &xs[r * D]);
       expert(*call.w, xs.data(), n, call.route_w, call.out);
     }
   }
-
-  // Combine: every rank's routed rows (contiguous expert ranges, so rank order is ascending
-  // expert id, the layout of eo) to every rank.
-  if (ep > 1) expert_comm_->allgather_rows(eo, rows_per_rank, D);
 
   // Σ routed (ascending expert id, each token's rows in place), then + shared, bf16.
   float* const y = s_y.get_zeroed(S * D);
