@@ -116,6 +116,14 @@ TEST(MpiDcp, UnsupportedLayoutsAreRefused) {
                &out),
             0);
   EXPECT_NE(out.find("the DCP group spans every rank (pass 2)"), std::string::npos) << out;
+  // A model without routed experts has nothing to run expert-parallel.
+  EXPECT_NE(sh(fmt::format("timeout -s KILL 120 mpirun --oversubscribe --allow-run-as-root -np 2 "
+                           "{} generate --model {}/models/stories260K --prompt 'Once' "
+                           "--max-tokens 4 --enable-expert-parallel",
+                           tools::strata_binary(), src_dir()),
+               &out),
+            0);
+  EXPECT_NE(out.find("is a Llama model, it has no routed experts"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "exec/deepseek_v41/deepseek_v41_runner.h"
 #include "exec/deepseek_v4/deepseek_v4_runner.h"
 #include "dist/dcp_comm.h"
+#include "dist/expert_comm.h"
 #include "dist/pipe_comm.h"
 #include "exec/llama/llama_runner.h"
 #include "exec/sequence_call_state.h"
@@ -75,6 +76,10 @@ StatusOr<std::unique_ptr<ModelRunner>> make_model_runner(const std::string& dir,
   if (arch == "LlamaForCausalLM" || arch == "llama") {
     if (!options.debug_perturb_restore.empty())
       return invalid_argument("--debug-perturb-restore is built for the DeepSeek V4 / V4.1 runners");
+    if (const std::shared_ptr<ExpertComm> ep = process_expert_comm(); ep && ep->size() > 1)
+      return failed_precondition("--enable-expert-parallel: {} is a Llama model, it has no "
+                                 "routed experts (use --decode-context-parallel-size or "
+                                 "--pipeline-parallel-size)", dir);
     STRATA_ASSIGN_OR_RETURN(auto r, LlamaRunner::create(dir, options));
     return std::unique_ptr<ModelRunner>(std::move(r));
   }

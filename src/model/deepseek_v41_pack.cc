@@ -95,7 +95,8 @@ std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V4
 
 }  // namespace
 
-void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end) {
+void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end,
+                                          ExpertShare experts) {
   // Collect the jobs first (each writes one distinct shared_ptr slot), then run them.
   std::vector<std::function<int64_t()>> jobs;
   auto add_linear = [&](V41Linear& l) {
@@ -134,7 +135,10 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int
         return bytes;
       });
     };
-    for (V41ExpertWeights& e : b.ffn.experts) add_expert(e);
+    const int64_t E = static_cast<int64_t>(b.ffn.experts.size());
+    const bool backbone = bp >= layers_.data() && bp < layers_.data() + layers_.size();
+    for (int64_t e = 0; e < E; ++e)
+      if (!backbone || experts.owns(e, E)) add_expert(b.ffn.experts[e]);
     add_expert(b.ffn.shared);
     V41MoeWeights* moe = &b.ffn;
     if (moe->gate_weight.data) {

@@ -96,6 +96,16 @@ struct V41AttentionWeights : DeepseekAttentionCore {
   V41IndexerWeights indexer;
 };
 
+// The routed experts a rank computes under expert parallelism (size > 1): the contiguous id
+// range [rank·E/size, (rank+1)·E/size) of a layer's E experts (dist/expert_comm.h's
+// expert_begin); the others are never computed on that rank, so they are not packed.
+struct ExpertShare {
+  int rank = 0, size = 1;
+  bool owns(int64_t e, int64_t E) const {
+    return e >= rank * E / size && e < (rank + 1) * E / size;
+  }
+};
+
 struct V41ExpertWeights {
   V41Linear w1, w2, w3;   // w1/w3 [inter, dim], w2 [dim, inter]
   // pack_for_kernels: w1 and w3 stacked into one [2*inter, dim] packed weight (same input,
@@ -170,8 +180,9 @@ class DeepseekV41Weights {
   // are not read again.
   // layers [layer_begin, layer_end) of the backbone are packed (a pipeline stage's; the
   // others are never computed on this rank and stay unpacked and unread); drafter blocks,
-  // head and embeddings always.
-  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30);
+  // head and embeddings always. Of the backbone's routed experts only `experts`' share.
+  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30,
+                        ExpertShare experts = {});
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }
 

@@ -9,7 +9,8 @@
 
 namespace strata {
 
-void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end) {
+void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end,
+                                         ExpertShare experts) {
   std::vector<std::function<int64_t()>> jobs;
   auto add_linear = [&](V41Linear& l) {
     if (!l.present()) return;
@@ -53,7 +54,10 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int 
       for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) add_linear(*l);
     };
     add_expert(b.ffn.shared);
-    for (V41ExpertWeights& e : b.ffn.experts) add_expert(e);
+    const int64_t E = static_cast<int64_t>(b.ffn.experts.size());
+    const bool backbone = bp >= layers_.data() && bp < layers_.data() + layers_.size();
+    for (int64_t e = 0; e < E; ++e)
+      if (!backbone || experts.owns(e, E)) add_expert(b.ffn.experts[e]);
     add_view(b.ffn.gate_weight, &b.ffn.gate_packed);
     add_view(b.hc_attn.fn, &b.hc_attn.fn_packed);
     add_view(b.hc_ffn.fn, &b.hc_ffn.fn_packed);

@@ -107,8 +107,9 @@ class DeepseekV4Weights {
   // `pool` (may be null) splits the work.
   // layers [layer_begin, layer_end) of the backbone are packed (a pipeline stage's; the
   // others are never computed on this rank and stay unpacked and unread); drafter blocks,
-  // head and embeddings always.
-  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30);
+  // head and embeddings always. Of the backbone's routed experts only `experts`' share.
+  void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30,
+                        ExpertShare experts = {});
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }
 

@@ -350,6 +350,7 @@ int run_bench_model(BenchModelCli& o) {
                  sb->plain_tok_s > 0 ? sb->spec_tok_s / sb->plain_tok_s : 0.0,
                  sb->mean_acceptance_length, 100.0 * sb->draft_acceptance_rate, sb->draft_tokens,
                  sb->outputs_equal ? "identical" : "DIFFER");
+    fmt::print("{}", collective_time_line());  // under mpirun: the layouts' collective time
     if (o.breakdown) {
       fmt::print("decode phases  per token over {} x {} tokens, wall time on the calling thread "
                  "(a phase's pool dispatch included)\n",

@@ -104,8 +104,8 @@ inline std::string rank_tag() {
 inline std::string collective_time_line() {
   std::string s;
   if (std::shared_ptr<ExpertComm> ep = process_expert_comm())
-    s += fmt::format("expert parallel: {} ranks, MoE dispatch/combine {:.3f} s on rank 0\n", ep->size(),
-                     ep->seconds());
+    s += fmt::format("expert parallel: {} ranks, MoE dispatch/combine {:.3f} s on rank 0\n",
+                     ep->size(), ep->seconds());
   if (std::shared_ptr<DcpComm> d = process_dcp_comm())
     s += fmt::format("decode context parallel: {} ranks, interleave {}, exchange {:.3f} s on "
                      "rank 0\n", d->size(), d->interleave(), d->seconds());

@@ -45,8 +45,14 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
   if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
+  // Expert parallelism: this rank packs (and computes) only its share of the routed experts.
+  m->expert_comm_ = process_expert_comm();
+  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  const ExpertShare share = m->expert_comm_
+                                ? ExpertShare{m->expert_comm_->rank(), m->expert_comm_->size()}
+                                : ExpertShare{};
   if (!scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share);
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -67,8 +73,12 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
                                               : std::min<int64_t>(m->max_context_, 32768);
   m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
   m->legacy_state_ = legacy_state;
-  m->expert_comm_ = process_expert_comm();
-  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  if (m->expert_comm_)  // the dispatch sends what the expert GEMM consumes
+    for (int L = 0; L < c.n_layers; ++L)
+      for (const V41ExpertWeights& e : m->weights_->layer(L).ffn.experts)
+        if (e.w1.present() && v4::act_block(e.w1) == 0)
+          return failed_precondition("--enable-expert-parallel: layer {}'s routed experts are "
+                                     "not FP8 / FP4", L);
   m->dcp_comm_ = process_dcp_comm();
   if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
   m->pipe_comm_ = pipe_comm ? pipe_comm : process_pipe_comm();
@@ -174,7 +184,9 @@ void DeepseekV4Model::moe(int L, const float* x, Call& c, float* out) const {
   if (expert_comm_) {  // expert parallelism: dispatch, experts, combine (exec/ep_moe.h)
     EpMoeExperts ex;
     ex.dim = D;
-    ex.act_block = v4::act_block(mw.experts[0].w1);
+    // This rank's first expert (only its own are packed; a layer's experts share a format).
+    ex.act_block =
+        v4::act_block(mw.experts[expert_begin(expert_comm_->rank(), E, expert_comm_->size())].w1);
     ex.routed = [&](int64_t e, const kernels::QuantActs& a, const float* rw, float* o) {
       expert_q(mw.experts[e], a, rw, /*clamp=*/true, o);
     };

@@ -139,8 +139,14 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
   STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
   if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
+  // Expert parallelism: this rank packs (and computes) only its share of the routed experts.
+  m->expert_comm_ = options.expert_comm ? options.expert_comm : process_expert_comm();
+  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  const ExpertShare share = m->expert_comm_
+                                ? ExpertShare{m->expert_comm_->rank(), m->expert_comm_->size()}
+                                : ExpertShare{};
   if (!options.scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end);
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share);
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -198,8 +204,15 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
                                                       : std::min<int64_t>(m->max_context_, 32768);
   m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
   m->legacy_state_ = options.legacy_state;
-  m->expert_comm_ = options.expert_comm ? options.expert_comm : process_expert_comm();
-  if (m->expert_comm_ && m->expert_comm_->size() <= 1) m->expert_comm_.reset();
+  if (m->expert_comm_)  // the dispatch sends what the packed expert GEMM consumes
+    for (int L = 0; L < c.n_layers; ++L) {
+      const std::vector<V41ExpertWeights>& ex = m->weights_->layer(L).ffn.experts;
+      for (size_t e = 0; e < ex.size(); ++e)
+        if (share.owns(static_cast<int64_t>(e), static_cast<int64_t>(ex.size())) &&
+            ex[e].w1.present() && expert_act_block(ex[e]) == 0)
+          return failed_precondition("--enable-expert-parallel: layer {}'s routed experts are "
+                                     "not FP8 with 32-wide blocks or FP4", L);
+    }
   m->dcp_comm_ = options.dcp_comm ? options.dcp_comm : process_dcp_comm();
   if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
   m->pipe_comm_ = options.pipe_comm ? options.pipe_comm : process_pipe_comm();

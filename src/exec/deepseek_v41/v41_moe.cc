@@ -256,7 +256,9 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   if (expert_comm_) {  // expert parallelism: dispatch, experts, combine (exec/ep_moe.h)
     EpMoeExperts ex;
     ex.dim = D;
-    ex.act_block = expert_act_block(mw.experts[0]);
+    // This rank's first expert (only its own are packed; a layer's experts share a format).
+    ex.act_block = expert_act_block(
+        mw.experts[expert_begin(expert_comm_->rank(), E, expert_comm_->size())]);
     STRATA_CHECK_MSG(ex.act_block > 0, "layer {}: expert parallelism needs the routed experts "
                      "packed as FP8 (32-blocks) or FP4", L);
     ex.routed = [&](int64_t e, const kernels::QuantActs& a, const float* rw, float* o) {
