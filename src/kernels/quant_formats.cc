@@ -99,25 +99,11 @@ struct E4m3Lut {
 const E4m3Lut kE4m3Lut;
 const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-// Midpoints between the E2M1 magnitudes and, at each, whether a tie rounds up (to the even
-// code).
-const float kE2m1Mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-const bool kE2m1TieUp[7] = {false, true, false, true, false, true, false};
 }  // namespace
 
 // Table lookup (the state reads decode every cached row each step).
 float e4m3_decode(uint8_t b) { return kE4m3Lut.v[b]; }
 float e4m3_round(float x) { return kE4m3Lut.v[e4m3_encode(x)]; }
-
-uint8_t e2m1_encode(float x) {
-  const float mag = std::fabs(x);
-  int code = 0;
-  for (int i = 0; i < 7; ++i) {
-    if (mag > kE2m1Mids[i]) ++code;
-    if (mag == kE2m1Mids[i] && kE2m1TieUp[i]) ++code;
-  }
-  return static_cast<uint8_t>(code | (std::signbit(x) ? 8 : 0));
-}
 
 float e2m1_decode(uint8_t nib) { return kE2m1Values[nib & 15]; }
 float e2m1_round(float x) { return kE2m1Values[e2m1_encode(x)]; }

@@ -38,7 +38,16 @@ float e4m3_decode(uint8_t b);  // table lookup
 float e4m3_round(float x);     // decode(encode(x)): NaN stays NaN
 
 // E2M1: RNE with ties to the even code; magnitudes past 6 saturate to 6; NaN -> +-0.
-uint8_t e2m1_encode(float x);
+// Inline and branch-free (the state stores and the indexer encode every cached FP4 value):
+// the code is the number of midpoints between E2M1 magnitudes below |x| (0.25, 0.75, 1.25,
+// 1.75, 2.5, 3.5, 5), counting a midpoint |x| sits on where the upper neighbour is the even
+// code (0.75, 1.75, 3.5); a NaN compares false everywhere (code 0).
+inline uint8_t e2m1_encode(float x) {
+  const float m = __builtin_fabsf(x);
+  const int code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) +
+                   (m >= 3.5f) + (m > 5.0f);
+  return static_cast<uint8_t>(code | (__builtin_signbit(x) ? 8 : 0));
+}
 float e2m1_decode(uint8_t nibble);  // low 4 bits, table lookup
 float e2m1_round(float x);          // decode(encode(x))
 

@@ -42,6 +42,7 @@ struct BenchModelCli {
   int64_t bw_mib = 1024;
   bool json = false;
   bool breakdown = false;
+  bool breakdown_prefill = false;
   int sgemm_size = 2048;
   std::string speculative_config;  // also compare decoding with speculation (bench_spec.h)
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
@@ -177,6 +178,13 @@ int run_bench_model(BenchModelCli& o) {
   std::vector<double> prefill_s, decode_s;
   double decode_cpu = 0, decode_wall = 0;
   std::vector<float> logits;
+  // --breakdown-prefill: the phases of the prefills (reps 1..), read before decode adds to them.
+  std::vector<profile::PhaseTotals> prefill_phases;
+  if (o.breakdown_prefill && o.breakdown) {
+    fmt::print(stderr, "strata bench model: --breakdown and --breakdown-prefill: pass one\n");
+    return 2;
+  }
+  if (o.breakdown_prefill) profile::reset();
   for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
     fmt::print(stderr, "[bench model] {} {}/{}: prefill {} + decode {} tokens\n",
                rep == 0 ? "warm-up" : "run", rep == 0 ? 1 : rep, rep == 0 ? 1 : o.repeats,
@@ -186,6 +194,7 @@ int run_bench_model(BenchModelCli& o) {
       fmt::print(stderr, "strata bench model: {}\n", st.to_string());
       return 1;
     }
+    if (o.breakdown_prefill && rep > 0) profile::set_enabled(true);
     auto t0 = Clock::now();
     StepItem item{seq, prompt, true};
     if (Status st = runner.step({&item, 1}, &logits); !st.ok()) {
@@ -193,8 +202,10 @@ int run_bench_model(BenchModelCli& o) {
       return 1;
     }
     const double tp = seconds_since(t0);
+    profile::set_enabled(false);
     auto t1 = Clock::now();
     const double c1 = cpu_seconds();
+    if (o.breakdown_prefill && rep > 0) prefill_phases = profile::snapshot();
     if (o.breakdown && rep > 0) {
       if (rep == 1) profile::reset();
       profile::set_enabled(true);
@@ -366,6 +377,21 @@ int run_bench_model(BenchModelCli& o) {
                  1e3 * (decode_wall - phase_seconds) / measured_tokens);
       fmt::print("  {:<32} {:>7} {:>8.3f}\n", "decode token", "", 1e3 * decode_wall / measured_tokens);
     }
+    if (o.breakdown_prefill) {
+      double sum = 0, wall = 0;
+      for (double t : prefill_s) wall += t;
+      fmt::print("prefill phases per prompt of {} tokens over {} prompts, wall time on the calling "
+                 "thread (a phase's pool dispatch included)\n", o.prompt_tokens, o.repeats);
+      fmt::print("  {:<32} {:>7} {:>8}\n", "phase", "calls", "ms");
+      for (const auto& ph : prefill_phases)
+        if (ph.calls > 0) {
+          sum += ph.seconds;
+          fmt::print("  {:<32} {:>7.1f} {:>8.3f}\n", ph.name,
+                     static_cast<double>(ph.calls) / o.repeats, 1e3 * ph.seconds / o.repeats);
+        }
+      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "(not in a phase)", "", 1e3 * (wall - sum) / o.repeats);
+      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "prefill", "", 1e3 * wall / o.repeats);
+    }
   }
   return 0;
 }
@@ -417,6 +443,9 @@ void setup_bench_model(CLI::App& app) {
         ->check(CLI::Range(0, 16384));
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
+    cmd->add_flag("--breakdown-prefill", o->breakdown_prefill,
+                  "Also time each phase of the prefills (GEMM families, attention steps) per "
+                  "prompt");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
   }
   {

@@ -308,7 +308,7 @@ void DeepseekV4Model::attention(int L, const float* x, Call& c, float* out) cons
     v4::sparse_attn_heads(&q[(i * H + h0) * hd], rows.data(), static_cast<int64_t>(rows.size()),
                           hd, h1 - h0, sink + h0, scale, c.vrows.tok(i) * H + h0,
                           c.vrows.n * H, &o[(i * H + h0) * hd]);
-    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+    rope.apply_heads(&o[(i * H + h0) * hd] + hd - rd, h1 - h0, hd, s0 + i, true);
   };
   // Queries and heads are independent output rows: a call of several queries splits them over
   // the pool, a single query its heads (same bits at any split).
@@ -353,7 +353,7 @@ void DeepseekV4Model::attention_queries(int L, const float* x, int64_t S, int64_
   parallel_rows(pool_.get(), S, 4, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {  // token i's heads: rows tok(i)*H.. of the reference's
       v4::head_rms(&q[i * H * hd], H, hd, config_.norm_eps, vrows.tok(i) * H, vrows.n * H);
-      for (int64_t h = 0; h < H; ++h) rope_[L].apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+      rope_[L].apply_heads(&q[i * H * hd + hd - rd], H, hd, s0 + i, false);
     }
   });
 }

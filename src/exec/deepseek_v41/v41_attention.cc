@@ -119,7 +119,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   const int rd = config_.rope_head_dim;
   STRATA_CHECK_MSG(q != nullptr, "layer {}: indexer query projection missing", L);
   for (int64_t i = 0; i < S; ++i) {
-    for (int64_t h = 0; h < ih; ++h) rope.apply(&q[(i * ih + h) * id + id - rd], c.s0 + i, false);
+    rope.apply_heads(&q[i * ih * id + id - rd], ih, id, c.s0 + i, false);
     v41::qdq_fp4_e8m0(&q[i * ih * id], ih * id, 32);
   }
   std::vector<float> w(S * ih);
@@ -278,7 +278,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     v41::linear_batch(qr, S, w, y, index_q ? 2 : 1, pool_.get());
   }
   for (int64_t i = 0; i < S; ++i)
-    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], s0 + i, false);
+    rope.apply_heads(&q[i * H * hd + hd - rd], H, hd, s0 + i, false);
 
   float* const kv = s_kv.get(S * hd);
   v41::rms_norm(tkv, S, hd, &aw.kv_norm, config_.norm_eps, kv);
@@ -379,7 +379,7 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     v41::sparse_attn_heads(rows.data(), static_cast<int64_t>(rows.size()), hd, h1 - h0,
                            sink + h0, head_scores, &o[(i * H + h0) * hd],
                            c.vrows.tok(i) * H + h0, c.vrows.n * H);
-    for (int64_t h = h0; h < h1; ++h) rope.apply(&o[(i * H + h) * hd] + hd - rd, s0 + i, true);
+    rope.apply_heads(&o[(i * H + h0) * hd] + hd - rd, h1 - h0, hd, s0 + i, true);
   };
   // Heads [h0, h1) of query i against `rows`: their scores, then softmax_pv_heads. qT /
   // scores: scratch.

@@ -68,7 +68,7 @@ void DeepseekV41Model::dspark_attention(int L, const float* x, const V41Sequence
   v41::linear(x, B, aw.wkv, tkv.data(), pool_.get());
   v41::rms_norm(tkv.data(), B, hd, &aw.kv_norm, cf.norm_eps, kv.data());
   for (int64_t i = 0; i < B; ++i) {
-    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(i * H + h) * hd + hd - rd], P + 1 + i, false);
+    rope.apply_heads(&q[i * H * hd + hd - rd], H, hd, P + 1 + i, false);
     rope.apply(&kv[i * hd + hd - rd], P + 1 + i, false);
     v41::qdq_fp8(&kv[i * hd], hd, cf.kv_fp8_block());
   }
@@ -92,7 +92,7 @@ void DeepseekV41Model::dspark_attention(int L, const float* x, const V41Sequence
     v41::qk_scores_heads(qT.data(), rows.data(), nr, hd, H, scale, scores.data(), 0, nr);
     v41::sparse_attn_heads(rows.data(), nr, hd, H, aw.attn_sink.f32(), scores.data(),
                            &o[i * H * hd], c.vrows.tok(i) * H, c.vrows.n * H);
-    for (int64_t h = 0; h < H; ++h) rope.apply(&o[(i * H + h) * hd + hd - rd], P + 1 + i, true);
+    rope.apply_heads(&o[i * H * hd + hd - rd], H, hd, P + 1 + i, true);
   }
   const int64_t G = cf.o_groups, R = cf.o_lora_rank;
   std::vector<float> u(B * G * R);

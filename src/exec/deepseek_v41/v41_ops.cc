@@ -562,18 +562,28 @@ RopeTable::RopeTable(int rope_dim, double theta, int64_t original_seq_len, doubl
   }
 }
 
-void RopeTable::apply(float* x, int64_t pos, bool inverse) const {
+void RopeTable::apply_heads(float* x_tail, int64_t n, int64_t stride, int64_t pos,
+                            bool inverse) const {
   const float fp = static_cast<float>(pos);
-  for (int i = 0; i < rope_dim_ / 2; ++i) {
-    float ang = fp * freqs_[i];
+  const int half = rope_dim_ / 2;
+  thread_local std::vector<float> cs;
+  cs.resize(static_cast<size_t>(2 * half));
+  for (int i = 0; i < half; ++i) {
+    const float ang = fp * freqs_[i];
     // torch.polar: scalar std::cos / std::sin on float (libm cosf / sinf).
-    float c = std::cos(ang);
-    float s = std::sin(ang);
-    if (inverse) s = -s;
-    float a = x[2 * i], b = x[2 * i + 1];
-    float ac = a * c, bs = b * s, as = a * s, bc = b * c;
-    x[2 * i] = round_to_bf16(ac - bs);
-    x[2 * i + 1] = round_to_bf16(as + bc);
+    cs[2 * i] = std::cos(ang);
+    const float s = std::sin(ang);
+    cs[2 * i + 1] = inverse ? -s : s;
+  }
+  for (int64_t h = 0; h < n; ++h) {
+    float* x = x_tail + h * stride;
+    for (int i = 0; i < half; ++i) {
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float a = x[2 * i], b = x[2 * i + 1];
+      const float ac = a * c, bs = b * s, as = a * s, bc = b * c;
+      x[2 * i] = round_to_bf16(ac - bs);
+      x[2 * i + 1] = round_to_bf16(as + bc);
+    }
   }
 }
 

@@ -122,7 +122,12 @@ class RopeTable {
             double beta_fast, double beta_slow);
   // Rotates the last rope_dim values of x (pairs 2i, 2i+1) at position pos; inverse
   // conjugates. Result rounded to bf16 (the reference rotates bf16 tensors in place).
-  void apply(float* x_tail, int64_t pos, bool inverse) const;
+  void apply(float* x_tail, int64_t pos, bool inverse) const {
+    apply_heads(x_tail, 1, 0, pos, inverse);
+  }
+  // apply() to n vectors at x_tail + h * stride (h < n), all at position pos: the cos / sin of
+  // the position computed once for all of them (the same values apply() uses).
+  void apply_heads(float* x_tail, int64_t n, int64_t stride, int64_t pos, bool inverse) const;
   int rope_dim() const { return rope_dim_; }
 
  private:
