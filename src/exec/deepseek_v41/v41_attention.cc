@@ -277,15 +277,17 @@ void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) cons
     float* y[2] = {q, iq.data()};
     v41::linear_batch(qr, S, w, y, index_q ? 2 : 1, pool_.get());
   }
-  for (int64_t i = 0; i < S; ++i)
-    rope.apply_heads(&q[i * H * hd + hd - rd], H, hd, s0 + i, false);
-
+  // Per token, independent rows (split over the pool in prefill): the query heads' RoPE; the
+  // window KV row's norm, RoPE and FP8 QDQ.
   float* const kv = s_kv.get(S * hd);
-  v41::rms_norm(tkv, S, hd, &aw.kv_norm, config_.norm_eps, kv);
-  for (int64_t i = 0; i < S; ++i) {
-    rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
-    v41::qdq_fp8(&kv[i * hd], hd, config_.kv_fp8_block());
-  }
+  parallel_rows(pool_.get(), S, 16, [&](int64_t i0, int64_t i1) {
+    v41::rms_norm(tkv + i0 * hd, i1 - i0, hd, &aw.kv_norm, config_.norm_eps, kv + i0 * hd);
+    for (int64_t i = i0; i < i1; ++i) {
+      rope.apply_heads(&q[i * H * hd + hd - rd], H, hd, s0 + i, false);
+      rope.apply(&kv[i * hd + hd - rd], s0 + i, false);
+      v41::qdq_fp8(&kv[i * hd], hd, config_.kv_fp8_block());
+    }
+  });
 
   // Compressed part: compressor (kv sources), index keys, latent RoPE + FP4 QDQ, indexer.
   const Ctx::TopK* topk = nullptr;
