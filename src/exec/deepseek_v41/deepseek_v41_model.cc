@@ -247,13 +247,17 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
       rows[i * ncols + col] = c.hashes[(i * nl + ls.engram_slot) * ncols + col];
   std::vector<uint8_t> trows(S * ncols * ed), srows(S * ncols * nsc);
   engram_tables_->gather(L, rows.data(), S * ncols, trows.data(), srows.data());
-  for (int64_t i = 0; i < S; ++i)
-    for (int col = 0; col < ncols; ++col) {
-      const uint8_t* tr = &trows[(i * ncols + col) * ed];
-      const uint8_t* sr = &srows[(i * ncols + col) * nsc];
-      for (int64_t k = 0; k < ed; ++k)
-        e[i * K + col * ed + k] = round_to_bf16(v41::e4m3_decode(tr[k]) * ue8m0_to_f32(sr[k / 32]));
-    }
+  // Tokens are independent rows here and in the gate below: split over the pool.
+  parallel_rows(pool_.get(), S, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int col = 0; col < ncols; ++col) {
+        const uint8_t* tr = &trows[(i * ncols + col) * ed];
+        const uint8_t* sr = &srows[(i * ncols + col) * nsc];
+        for (int64_t k = 0; k < ed; ++k)
+          e[i * K + col * ed + k] =
+              round_to_bf16(v41::e4m3_decode(tr[k]) * ue8m0_to_f32(sr[k / 32]));
+      }
+  });
   const int64_t N = D * (hc + 1);
   std::vector<float> kv(S * N);
   v41::linear(e.data(), S, ew.wkv, kv.data(), pool_.get());
@@ -261,30 +265,32 @@ void DeepseekV41Model::engram(int L, Ctx& c) const {
   for (int64_t i = 0; i < hc * D; ++i) wgt[i] = bf16v(ew.q_weight, i) * bf16v(ew.k_weight, i);
   const float eps = static_cast<float>(config_.norm_eps);
   const float dscale = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
-  for (int64_t i = 0; i < S; ++i) {
-    const float* value = &kv[i * N + hc * D];
-    for (int64_t ch = 0; ch < hc; ++ch) {
-      float* x = &c.h[(i * hc + ch) * D];
-      const float* key = &kv[i * N + ch * D];
-      const float* wg = &wgt[ch * D];
-      std::vector<float> tx(D), tk(D), td(D);
-      for (int64_t d = 0; d < D; ++d) {
-        tx[d] = x[d] * x[d];
-        tk[d] = key[d] * key[d];
-        td[d] = (x[d] * wg[d]) * key[d];
+  parallel_rows(pool_.get(), S, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<float> tx(D), tk(D), td(D);  // written whole per (token, channel)
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* value = &kv[i * N + hc * D];
+      for (int64_t ch = 0; ch < hc; ++ch) {
+        float* x = &c.h[(i * hc + ch) * D];
+        const float* key = &kv[i * N + ch * D];
+        const float* wg = &wgt[ch * D];
+        for (int64_t d = 0; d < D; ++d) {
+          tx[d] = x[d] * x[d];
+          tk[d] = key[d] * key[d];
+          td[d] = (x[d] * wg[d]) * key[d];
+        }
+        const float mx = v41::torch_sum(tx.data(), D) / static_cast<float>(D);
+        const float mk = v41::torch_sum(tk.data(), D) / static_cast<float>(D);
+        const float rstd = (1.0f / std::sqrt(mx + eps)) * (1.0f / std::sqrt(mk + eps));
+        float dot = v41::torch_sum(td.data(), D) * rstd;
+        dot = dot * dscale;
+        const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
+        const float sg = std::copysign(mag, dot);
+        const float gate = 1.0f / (1.0f + v41::torch_exp_at(0.0f - sg, c.vrows.tok(i) * hc + ch,
+                                                            c.vrows.n * hc));
+        for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
       }
-      const float mx = v41::torch_sum(tx.data(), D) / static_cast<float>(D);
-      const float mk = v41::torch_sum(tk.data(), D) / static_cast<float>(D);
-      const float rstd = (1.0f / std::sqrt(mx + eps)) * (1.0f / std::sqrt(mk + eps));
-      float dot = v41::torch_sum(td.data(), D) * rstd;
-      dot = dot * dscale;
-      const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
-      const float sg = std::copysign(mag, dot);
-      const float gate =
-          1.0f / (1.0f + v41::torch_exp_at(0.0f - sg, c.vrows.tok(i) * hc + ch, c.vrows.n * hc));
-      for (int64_t d = 0; d < D; ++d) x[d] = round_to_bf16(x[d] + gate * value[d]);
     }
-  }
+  });
 }
 
 void DeepseekV41Model::pipeline_microbatches(Ctx& c, const PipeStage& st, int64_t M,

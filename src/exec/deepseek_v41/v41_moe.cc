@@ -218,39 +218,42 @@ void DeepseekV41Model::moe(int L, const float* x, Ctx& c, float* out) const {
   const float* bias = mw.gate_bias.f32();
   std::vector<std::vector<int32_t>> sel(S);
   std::vector<std::vector<float>> wts(S);
-  for (int64_t i = 0; i < S; ++i) {
-    std::vector<float> sc(E), biased(E);
-    for (int64_t e = 0; e < E; ++e) {
-      float l = logit[i * E + e];
-      if (temp != 1.0f) l = l / temp;
-      float s;
-      if (config_.score_func == "softmax") {
-        s = l;  // normalised below
-      } else if (config_.score_func == "sigmoid") {
-        s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, c.vrows.tok(i) * E + e, c.vrows.n * E));
-      } else {
-        s = std::sqrt(v41::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
+  // Tokens route independently (each writes its own sel / wts): split over the pool.
+  parallel_rows(pool_.get(), S, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      std::vector<float> sc(E), biased(E);
+      for (int64_t e = 0; e < E; ++e) {
+        float l = logit[i * E + e];
+        if (temp != 1.0f) l = l / temp;
+        float s;
+        if (config_.score_func == "softmax") {
+          s = l;  // normalised below
+        } else if (config_.score_func == "sigmoid") {
+          s = 1.0f / (1.0f + v41::torch_exp_at(0.0f - l, c.vrows.tok(i) * E + e, c.vrows.n * E));
+        } else {
+          s = std::sqrt(v41::torch_softplus_at(l, c.vrows.tok(i) * E + e, c.vrows.n * E));
+        }
+        sc[e] = s;
       }
-      sc[e] = s;
+      if (config_.score_func == "softmax") {
+        float mx = *std::max_element(sc.begin(), sc.end());
+        float sum = 0;
+        for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
+        for (auto& v : sc) v = v / sum;
+      }
+      for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
+      std::vector<int32_t> idx = v41::torch_topk(biased.data(), E, k, true);
+      std::vector<float> w(k);
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
+      if (config_.norm_topk_prob && k > 1)
+        for (int j = 0; j < k; ++j) w[j] = w[j] / (sum + 1e-20f);
+      const float rs = static_cast<float>(config_.route_scale);
+      for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
+      sel[i] = std::move(idx);
+      wts[i] = std::move(w);
     }
-    if (config_.score_func == "softmax") {
-      float mx = *std::max_element(sc.begin(), sc.end());
-      float sum = 0;
-      for (auto& v : sc) sum += (v = v41::sleef_expf(v - mx));
-      for (auto& v : sc) v = v / sum;
-    }
-    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
-    std::vector<int32_t> idx = v41::torch_topk(biased.data(), E, k, true);
-    std::vector<float> w(k);
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += (w[j] = sc[idx[j]]);
-    if (config_.norm_topk_prob && k > 1)
-      for (int j = 0; j < k; ++j) w[j] = w[j] / (sum + 1e-20f);
-    const float rs = static_cast<float>(config_.route_scale);
-    for (int j = 0; j < k; ++j) w[j] = w[j] * rs;
-    sel[i] = std::move(idx);
-    wts[i] = std::move(w);
-  }
+  });
   if (c.routes) c.routes->moe[L] = sel;
 
   if (expert_comm_) {  // expert parallelism: dispatch, experts, combine (exec/ep_moe.h)
