@@ -849,7 +849,6 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
         p.ext_of = i;
         break;
       }
-    if (use_ext && p.ext_of == j) prepare_ext_acts(job.a, p.s, &p.ext);
     p.groups = job.a.m > 0 ? (p.s.n + kPackGroup * kTile - 1) / (kPackGroup * kTile) : 0;
     p.first = all_groups;
     all_groups += p.groups;
@@ -871,6 +870,24 @@ void gemm_packed_batch(const PackedGemmJob* jobs, int64_t n_jobs, ThreadPool* po
   for (int64_t j = 0; j < n_jobs; ++j) macs += jobs[j].a.m * prep[j].s.n * prep[j].s.k;
   const int threads =
       pool == nullptr || macs < options.min_parallel_macs ? 1 : pool->num_threads();
+  // The extension paths' activation data, once per distinct activations: over the pool when
+  // the batch runs there (each job's prepared copy is its own; MoE experts each have their
+  // own gathered rows, so a prefill prepares as many copies as it has picked experts).
+  if (use_ext) {
+    std::vector<int64_t> own;
+    for (int64_t j = 0; j < n_jobs; ++j)
+      if (prep[j].ext_of == j) own.push_back(j);
+    auto prepare = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        prepare_ext_acts(jobs[own[i]].a, prep[own[i]].s, &prep[own[i]].ext);
+    };
+    const int64_t n_own = static_cast<int64_t>(own.size());
+    if (threads > 1 && n_own > 1) {
+      pool->parallel_for(n_own, prepare);
+    } else {
+      prepare(0, n_own);
+    }
+  }
   if (threads <= 1 || total <= 0) {
     for (int64_t j = 0; j < n_jobs; ++j)
       if (prep[j].groups > 0) cols(j, 0, prep[j].groups);
