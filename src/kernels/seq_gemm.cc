@@ -141,6 +141,21 @@ STRATA_AVX2 void single_tile_avx2(const float* xr, const void* base, int64_t K, 
   _mm256_storeu_ps(out, a);
 }
 
+// One tile x kR activation rows (xr: row-major [kR][K]): kR independent FMA chains, one per
+// row, each lane the same scalar chain as single_tile_avx2 (narrow weights in prefill, e.g.
+// the mHC mixes' 3 tiles, are otherwise one latency-bound chain at a time). out [kR][8].
+template <bool kBf16, int kR>
+STRATA_AVX2 void tile_rows_avx2(const float* xr, const void* base, int64_t K, int64_t t,
+                                int64_t stride, float* out) {
+  __m256 a[kR];
+  for (int r = 0; r < kR; ++r) a[r] = _mm256_setzero_ps();
+  const int64_t s = tile_base(t, K);
+  for (int64_t c = 0; c < K; ++c) {
+    const __m256 w = load8<kBf16>(base, s + c * stride);
+    for (int r = 0; r < kR; ++r) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(xr[r * K + c]), w, a[r]);
+  }
+  for (int r = 0; r < kR; ++r) _mm256_storeu_ps(out + r * kTile, a[r]);
+}
 
 // AVX-512, one activation row: 8 tiles (64 rows) per pass, two tiles per zmm (lanes 0-7 =
 // tile A's rows, 8-15 = tile B's), so a lane still holds one output row and runs the scalar
@@ -282,11 +297,18 @@ STRATA_AVX2 void cols_avx2(const float* x, int64_t m, const PackedSeqWeight& w, 
         emit(r, t, kGroup, buf[0]);
       }
     }
-    for (; t < bend && !(t % kGroup == 0 && t + kGroup <= bend); ++t)
-      for (int64_t r = 0; r < m; ++r) {
+    for (; t < bend && !(t % kGroup == 0 && t + kGroup <= bend); ++t) {
+      int64_t r = 0;
+      alignas(32) float rows8[8 * kTile];
+      for (; r + 8 <= m; r += 8) {
+        tile_rows_avx2<kBf16, 8>(x + r * K, base, K, t, stride, rows8);
+        for (int i = 0; i < 8; ++i) emit(r + i, t, 1, rows8 + i * kTile);
+      }
+      for (; r < m; ++r) {
         single_tile_avx2<kBf16>(x + r * K, base, K, t, stride, buf[0]);
         emit(r, t, 1, buf[0]);
       }
+    }
   }
 }
 

@@ -74,11 +74,11 @@ TEST(SeqGemm, MatchesScalarLoopBitExact) {
           wb[i] = to_bf16(nd(rng));
           wf[i] = bf16 ? from_bf16(wb[i]) : nd(rng) * 3.0f;
         }
-        const int64_t mmax = 5;
+        const int64_t mmax = 17;  // 9 and 17: the 8-row single-tile passes and a rest
         std::vector<float> x(mmax * k);
         for (auto& v : x) v = nd(rng) * 10.0f;
         PackedSeqWeight p = bf16 ? pack_seq_weight_bf16(wb.data(), n, k) : pack_seq_weight_f32(wf.data(), n, k);
-        for (int64_t m : {1, 2, 3, 5}) {
+        for (int64_t m : {1, 2, 3, 5, 9, 17}) {
           std::vector<float> want(m * n);
           for (int64_t r = 0; r < m; ++r)
             for (int64_t c = 0; c < n; ++c) want[r * n + c] = seq_dot(&x[r * k], &wf[c * k], k);
