@@ -1,7 +1,6 @@
 // Expert-parallel MoE dispatch / compute / combine; see ep_moe.h.
 #include "exec/ep_moe.h"
 
-#include <bit>
 #include <cstring>
 
 #include "base/check.h"
@@ -11,6 +10,13 @@
 #include "model/dtype.h"
 
 namespace strata {
+
+Status check_expert_parallel_layer(int layer, int64_t n_experts, int ranks) {
+  if (n_experts > 0 && n_experts < ranks)
+    return failed_precondition("--enable-expert-parallel: layer {} has {} routed experts, fewer "
+                               "than the {} ranks", layer, n_experts, ranks);
+  return ok_status();
+}
 
 void moe_expert_parallel(ExpertComm& comm, const std::vector<std::vector<int32_t>>& sel,
                          const std::vector<std::vector<float>>& wts, int64_t E, const float* x,

@@ -23,6 +23,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/status.h"
 #include "dist/expert_comm.h"
 #include "kernels/block_gemm.h"
 
@@ -38,6 +39,10 @@ struct EpMoeExperts {
   // The shared expert on n float rows x [n, D]: out [n, D] fp32.
   std::function<void(const float* x, int64_t n, float* out)> shared;
 };
+
+// A layer with n_experts routed experts (0: a dense layer, nothing to check) can be split
+// over `ranks` EP ranks: at least one expert per rank, else FailedPrecondition naming it.
+Status check_expert_parallel_layer(int layer, int64_t n_experts, int ranks);
 
 // sel / wts: [S] each token's expert ids and route weights; x [S, D]; out [S, D] (bf16 values
 // in f32). E: routed experts in the layer (>= comm.size()).

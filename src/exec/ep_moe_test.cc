@@ -179,5 +179,15 @@ TEST(ExpertParallelMoe, TheExpertSeesTheOriginsFp8CodesAndScales) {
   EXPECT_EQ(rows_wrong, 0);
 }
 
+TEST(ExpertParallelMoe, LayersWithFewerExpertsThanRanksAreRefused) {
+  EXPECT_TRUE(check_expert_parallel_layer(3, 8, 8).ok());
+  EXPECT_TRUE(check_expert_parallel_layer(3, 0, 4).ok());  // a dense layer
+  const Status st = check_expert_parallel_layer(3, 2, 3);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("layer 3 has 2 routed experts, fewer than the 3 ranks"),
+            std::string::npos)
+      << st.message();
+}
+
 }  // namespace
 }  // namespace strata

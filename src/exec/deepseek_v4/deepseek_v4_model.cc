@@ -74,11 +74,15 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   m->state_max_tokens_ = std::min(m->state_max_tokens_, m->max_context_);
   m->legacy_state_ = legacy_state;
   if (m->expert_comm_)  // the dispatch sends what the expert GEMM consumes
-    for (int L = 0; L < c.n_layers; ++L)
-      for (const V41ExpertWeights& e : m->weights_->layer(L).ffn.experts)
+    for (int L = 0; L < c.n_layers; ++L) {
+      const std::vector<V41ExpertWeights>& ex = m->weights_->layer(L).ffn.experts;
+      STRATA_RETURN_IF_ERROR(check_expert_parallel_layer(L, static_cast<int64_t>(ex.size()),
+                                                         share.size));
+      for (const V41ExpertWeights& e : ex)
         if (e.w1.present() && v4::act_block(e.w1) == 0)
           return failed_precondition("--enable-expert-parallel: layer {}'s routed experts are "
                                      "not FP8 / FP4", L);
+    }
   m->dcp_comm_ = process_dcp_comm();
   if (m->dcp_comm_ && m->dcp_comm_->size() <= 1) m->dcp_comm_.reset();
   m->pipe_comm_ = pipe_comm ? pipe_comm : process_pipe_comm();

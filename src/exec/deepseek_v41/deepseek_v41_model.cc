@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "exec/deepseek_v41/v41_forward_ctx.h"
 #include "exec/deepseek_v41/v41_mhc.h"
+#include "exec/ep_moe.h"
 #include "exec/stage_carry.h"
 #include "kernels/block_gemm.h"
 #include "model/dtype.h"
@@ -207,6 +208,8 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   if (m->expert_comm_)  // the dispatch sends what the packed expert GEMM consumes
     for (int L = 0; L < c.n_layers; ++L) {
       const std::vector<V41ExpertWeights>& ex = m->weights_->layer(L).ffn.experts;
+      STRATA_RETURN_IF_ERROR(check_expert_parallel_layer(L, static_cast<int64_t>(ex.size()),
+                                                         share.size));
       for (size_t e = 0; e < ex.size(); ++e)
         if (share.owns(static_cast<int64_t>(e), static_cast<int64_t>(ex.size())) &&
             ex[e].w1.present() && expert_act_block(ex[e]) == 0)
