@@ -51,7 +51,8 @@ void toy_shared(const float* x, int64_t n, float* out) {
 
 // The one-rank layer: each token's rows from its picks in ascending expert id.
 std::vector<float> one_rank(const std::vector<std::vector<int32_t>>& sel,
-                            const std::vector<std::vector<float>>& wts, const std::vector<float>& x) {
+                            const std::vector<std::vector<float>>& wts,
+                            const std::vector<float>& x) {
   const int64_t S = static_cast<int64_t>(sel.size()), nkb = kD / kBlock;
   std::vector<float> q(S * kD), s(S * nkb), out(S * kD), row(kD), sh(kD);
   kernels::act_quant_fp8(x.data(), S, kD, kBlock, kernels::ScaleFmt::kUe8m0, nullptr, q.data(),

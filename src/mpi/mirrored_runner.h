@@ -3,10 +3,11 @@
 // release a sequence, attach a cached prefix, step, truncate, draft) is first broadcast
 // (MPI_Bcast from rank 0) and then executed; every other rank runs follow() on its own replica
 // runner, receiving and executing the same calls in the same order. Forwards therefore run in
-// lockstep, so the collectives inside them (the MoE dispatch and combine of expert parallelism) line up,
-// also in steps where a rank owns no routed token. Pure queries (lengths, capacity, peeks) are
-// answered by rank 0's runner alone. Sampling happens on rank 0 only (followers drop their
-// logits). Not supported with several ranks: handoff import (PD) -- Unimplemented.
+// lockstep, so the collectives inside them (the MoE dispatch and combine of expert
+// parallelism) line up, also in steps where a rank owns no routed token. Pure queries
+// (lengths, capacity, peeks) are answered by rank 0's runner alone. Sampling happens on rank 0
+// only (followers drop their logits). Not supported with several ranks: handoff import (PD) --
+// Unimplemented.
 // Thread safety: rank 0's runner is called by one thread at a time (the engine's), and MPI
 // was initialized with at least MPI_THREAD_SERIALIZED.
 #pragma once

@@ -89,7 +89,8 @@ void allgather_rows(const char* what, void* buf, const std::vector<int64_t>& row
 void alltoallv_rows(const char* what, const void* send, const std::vector<int64_t>& send_rows,
                     void* recv, const std::vector<int64_t>& recv_rows, int64_t row_bytes) {
   const int n = mpi_size(), me = mpi_rank();
-  STRATA_CHECK(static_cast<int>(send_rows.size()) == n && static_cast<int>(recv_rows.size()) == n);
+  STRATA_CHECK(static_cast<int>(send_rows.size()) == n &&
+               static_cast<int>(recv_rows.size()) == n);
   std::vector<int64_t> said(n);
   MPI_Request req;
   MPI_Ialltoall(send_rows.data(), 1, MPI_INT64_T, said.data(), 1, MPI_INT64_T, MPI_COMM_WORLD,
@@ -130,7 +131,8 @@ class MpiExpertComm final : public ExpertComm {
   double seconds() const override { return watch_.seconds(); }
   void alltoallv_rows(const void* send, const std::vector<int64_t>& send_rows, void* recv,
                       const std::vector<int64_t>& recv_rows, int64_t row_bytes) override {
-    watch_.time([&] { strata::alltoallv_rows(kWhat, send, send_rows, recv, recv_rows, row_bytes); });
+    watch_.time(
+        [&] { strata::alltoallv_rows(kWhat, send, send_rows, recv, recv_rows, row_bytes); });
   }
   void allgatherv_rows(void* buf, const std::vector<int64_t>& rows_per_rank,
                        int64_t row_bytes) override {

@@ -30,9 +30,9 @@ std::shared_ptr<PipeComm> make_mpi_pipe_comm();
 
 // The watchdog of multi-rank runs (issue 25 item 5, --dist-timeout-s): every collective strata
 // issues inside a step (the MoE dispatch and combine, the DCP exchanges, the mirrored calls'
-// payloads) is non-blocking and waits at most this many seconds (0: forever); a rank that hung or died
-// then makes the others throw DistFailure instead of waiting forever. After a DistFailure the
-// MPI world is unusable: the only MPI call left is MPI_Abort (mpi_abort_after).
+// payloads) is non-blocking and waits at most this many seconds (0: forever); a rank that
+// hung or died then makes the others throw DistFailure instead of waiting forever. After a
+// DistFailure the MPI world is unusable: the only MPI call left is MPI_Abort (mpi_abort_after).
 void set_dist_timeout(double seconds);
 double dist_timeout();
 struct DistFailure : std::runtime_error {

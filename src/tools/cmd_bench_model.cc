@@ -389,7 +389,8 @@ int run_bench_model(BenchModelCli& o) {
           fmt::print("  {:<32} {:>7.1f} {:>8.3f}\n", ph.name,
                      static_cast<double>(ph.calls) / o.repeats, 1e3 * ph.seconds / o.repeats);
         }
-      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "(not in a phase)", "", 1e3 * (wall - sum) / o.repeats);
+      fmt::print("  {:<32} {:>7} {:>8.3f}\n", "(not in a phase)", "",
+                 1e3 * (wall - sum) / o.repeats);
       fmt::print("  {:<32} {:>7} {:>8.3f}\n", "prefill", "", 1e3 * wall / o.repeats);
     }
   }

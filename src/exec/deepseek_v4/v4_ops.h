@@ -37,7 +37,8 @@ int act_block(const V41Linear& w);
 // linear() on rows already quantized the way linear() quantizes them (a.block == act_block(w),
 // UE8M0 scales; expert-parallel dispatch, exec/ep_moe.h): the same GEMM, so
 // linear_q(act_quant(x), w) == linear(x, w) bit for bit. w FP8 or FP4 (CHECKed); y [a.m, w.out].
-void linear_q(const kernels::QuantActs& a, const V41Linear& w, float* y, ThreadPool* pool = nullptr);
+void linear_q(const kernels::QuantActs& a, const V41Linear& w, float* y,
+              ThreadPool* pool = nullptr);
 
 // F.linear with an fp32 (or bf16-promoted) weight, fp32 output: one sequential FMA chain
 // over K per output (the per-element order of a BLAS sgemm micro-kernel). Used for the mHC

@@ -131,8 +131,8 @@ struct V41LoadOptions {
   EngramPlacement engram_placement = EngramPlacement::kMmap;
   int64_t engram_cache_bytes = 0;
   // Expert parallelism (dist/expert_comm.h, exec/ep_moe.h): tokens dispatched in FP8 to the
-  // ranks owning their experts, outputs combined at their origin; null = the process's (process_expert_comm()), which
-  // is null on one rank.
+  // ranks owning their experts, outputs combined at their origin; null = the process's
+  // (process_expert_comm()), which is null on one rank.
   std::shared_ptr<ExpertComm> expert_comm;
   // Decode context parallelism (dist/dcp_comm.h): compressed KV rows and index keys are
   // owner-sharded over the group; null = the process's (process_dcp_comm()), null on one rank.
