@@ -61,6 +61,10 @@ double seconds_since(Clock::time_point t0) {
 }
 
 int run_bench_model(BenchModelCli& o) {
+  if (o.breakdown_prefill && o.breakdown) {  // one profile: before the (long) load
+    fmt::print(stderr, "strata bench model: --breakdown and --breakdown-prefill: pass one\n");
+    return 2;
+  }
   if (o.model.empty()) {
     auto d = default_model_dir();
     if (!d.ok()) {
@@ -180,10 +184,6 @@ int run_bench_model(BenchModelCli& o) {
   std::vector<float> logits;
   // --breakdown-prefill: the phases of the prefills (reps 1..), read before decode adds to them.
   std::vector<profile::PhaseTotals> prefill_phases;
-  if (o.breakdown_prefill && o.breakdown) {
-    fmt::print(stderr, "strata bench model: --breakdown and --breakdown-prefill: pass one\n");
-    return 2;
-  }
   if (o.breakdown_prefill) profile::reset();
   for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
     fmt::print(stderr, "[bench model] {} {}/{}: prefill {} + decode {} tokens\n",
@@ -446,7 +446,7 @@ void setup_bench_model(CLI::App& app) {
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->add_flag("--breakdown-prefill", o->breakdown_prefill,
                   "Also time each phase of the prefills (GEMM families, attention steps) per "
-                  "prompt");
+                  "prompt; DeepSeek models (not with --breakdown)");
     cmd->callback([o] { set_exit_code_of("bench model", [&] { return run_bench_model(*o); }); });
   }
   {
