@@ -237,6 +237,27 @@ TEST(BenchModelCli, ContextSweepReportsEveryLengthAndItsFloor) {
 }
 
 // A count of 0 is a usage error with a message that names the option and the rule.
+// --breakdown-prefill: the prefill's phases (the V4.1 forward's GEMM batches, attention,
+// mHC) per prompt in the text report; with --breakdown it is refused before the load.
+TEST(BenchModelCli, BreakdownPrefillListsThePrefillPhases) {
+  std::string out;
+  int rc = run_strata("bench model --model " + v41_dir() +
+                          " --prompt-tokens 6 --decode-tokens 2 --repeats 1 --bandwidth-mib 8 "
+                          "--sgemm-size 0 --breakdown-prefill",
+                      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("prefill phases per prompt of 6 tokens over 1 prompts"), std::string::npos)
+      << out;
+  for (const char* phase : {"gemm batch", "attention:", "mhc: mixes"})
+    EXPECT_NE(out.find(std::string("\n  ") + phase), std::string::npos) << phase << "\n" << out;
+  EXPECT_EQ(out.find("decode phases"), std::string::npos) << out;
+  rc = run_strata("bench model --model " + v41_dir() + " --breakdown --breakdown-prefill", &out,
+                  true);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--breakdown and --breakdown-prefill: pass one"), std::string::npos) << out;
+  EXPECT_EQ(out.find("loading"), std::string::npos) << out;
+}
+
 TEST(BenchModelCli, RejectsZeroRepeatsClearly) {
   std::string out;
   const int rc = run_strata("bench model --model " + v41_dir() + " --repeats 0", &out, true);
