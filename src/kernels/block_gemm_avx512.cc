@@ -850,6 +850,10 @@ STRATA_AVX512_EXT __attribute__((always_inline)) inline void panel_pairs_rows(
 }
 }  // namespace
 
+// GCC 12 warns that _mm512_srli_epi32's internal undefined source "may be used
+// uninitialized" (a false positive of the intrinsic's header).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 STRATA_AVX512_EXT void accumulate_panel_pairs_avx512(const float* panel32, const float* sws,
                                                      int bk, const QuantActs& a,
                                                      const ExtActs& d, int64_t kb,
@@ -871,6 +875,7 @@ STRATA_AVX512_EXT void accumulate_panel_pairs_avx512(const float* panel32, const
   for (; m + 4 <= a.m; m += 4) panel_pairs_rows<4>(pairs, sw0, sw1, bk, a, xp, kb, m, ldsx, act_per, acc);
   for (; m < a.m; ++m) panel_pairs_rows<1>(pairs, sw0, sw1, bk, a, xp, kb, m, ldsx, act_per, acc);
 }
+#pragma GCC diagnostic pop
 
 int64_t gemm_cols_avx512(const QuantActs& a, const Src& s, const ExtActs* ext, float* y,
                          OutRound out, int64_t n_begin, int64_t n_end) {
