@@ -1,6 +1,7 @@
 // Expert-parallel MoE dispatch / compute / combine; see ep_moe.h.
 #include "exec/ep_moe.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -60,6 +61,14 @@ void moe_expert_parallel(ExpertComm& comm, const std::vector<std::vector<int32_t
   std::vector<int64_t> call_off(p.calls.size() + 1, 0);
   for (size_t c = 0; c < p.calls.size(); ++c)
     call_off[c + 1] = call_off[c] + static_cast<int64_t>(p.calls[c].toks.size());
+  // Each received row decoded once (a token that picked several of this rank's experts
+  // arrives once), then gathered per call.
+  std::vector<float> rq(static_cast<size_t>(nrecv * D)), rs(static_cast<size_t>(nrecv * nkb));
+  for (int64_t i = 0; i < nrecv; ++i) {
+    const uint8_t* row = &recvb[i * row_bytes];
+    for (int64_t d = 0; d < D; ++d) rq[i * D + d] = quant::e4m3_decode(row[d]);
+    for (int64_t b = 0; b < nkb; ++b) rs[i * nkb + b] = quant::ue8m0_decode(row[D + b]);
+  }
   std::vector<float> eo(static_cast<size_t>(call_off.back() * D)), q, sc;
   for (size_t c = 0; c < p.calls.size(); ++c) {
     const ExpertDispatchPlan::Call& call = p.calls[c];
@@ -69,9 +78,8 @@ void moe_expert_parallel(ExpertComm& comm, const std::vector<std::vector<int32_t
     for (int64_t r = 0; r < m; ++r) {
       const int64_t s = slot[call.toks[r]];
       STRATA_CHECK(s >= 0);
-      const uint8_t* row = &recvb[s * row_bytes];
-      for (int64_t d = 0; d < D; ++d) q[r * D + d] = quant::e4m3_decode(row[d]);
-      for (int64_t b = 0; b < nkb; ++b) sc[r * nkb + b] = quant::ue8m0_decode(row[D + b]);
+      std::copy_n(&rq[s * D], D, &q[r * D]);
+      std::copy_n(&rs[s * nkb], nkb, &sc[r * nkb]);
     }
     ex.routed(call.e, kernels::QuantActs{q.data(), sc.data(), m, D, static_cast<int>(blk)},
               call.rw.data(), &eo[call_off[c] * D]);
