@@ -81,6 +81,7 @@ AnonMemory anon_memory() {
     long long v = 0;
     if (std::sscanf(line.c_str(), "Anonymous: %lld kB", &v) == 1) m.anon_kib = v;
     if (std::sscanf(line.c_str(), "AnonHugePages: %lld kB", &v) == 1) m.huge_kib = v;
+    if (std::sscanf(line.c_str(), "FilePmdMapped: %lld kB", &v) == 1) m.file_pmd_kib = v;
   }
   return m;
 }

@@ -44,9 +44,10 @@ std::string tunables_with_hugetlb(const char* existing);
 void reexec_with_malloc_huge_pages(char** argv);
 
 // This process's anonymous memory and how much of it is in huge pages, in KiB, from
-// /proc/self/smaps_rollup (-1 each when unreadable). For benchmark reports.
+// /proc/self/smaps_rollup (-1 each when unreadable); and the file pages it maps with 2 MiB
+// entries (FilePmdMapped: a mapped packed-weight cache). For benchmark reports.
 struct AnonMemory {
-  long long anon_kib = -1, huge_kib = -1;
+  long long anon_kib = -1, huge_kib = -1, file_pmd_kib = -1;
 };
 AnonMemory anon_memory();
 

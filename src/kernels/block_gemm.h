@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "kernels/act_quant.h"
+#include "kernels/weight_buffer.h"
 
 namespace strata {
 class ThreadPool;
@@ -128,13 +129,13 @@ inline constexpr int kPackChunkK = 4;  // K indices per tile per chunk
 struct PackedFp8Weight {
   int64_t n = 0, k = 0;
   int block_k = 128;
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;           // f32 form (empty when scales_e8m0 is used)
-  std::vector<uint8_t> scales_e8m0;    // UE8M0 form, bytes in 1..254 (empty when f32)
+  WeightBuffer<uint8_t> codes;
+  WeightBuffer<float> scales;          // f32 form (empty when scales_e8m0 is used)
+  WeightBuffer<uint8_t> scales_e8m0;   // UE8M0 form, bytes in 1..254 (empty when f32)
   // [ceil(tiles/8)][K/block_k]: 1 where some code of the group's 64 rows in that K block is an
   // E4M3 subnormal (exponent 0, mantissa != 0), else 0. The AVX-512 decode's shift path skips
   // those blocks (docs/v41-parity.md, "FP8 decode"); empty: every block is treated as flagged.
-  std::vector<uint8_t> subnormal_blocks;
+  WeightBuffer<uint8_t> subnormal_blocks;
   int64_t bytes() const {
     return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size() +
                                 subnormal_blocks.size());
@@ -142,9 +143,9 @@ struct PackedFp8Weight {
 };
 struct PackedFp4Weight {
   int64_t n = 0, k = 0;
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;           // as PackedFp8Weight
-  std::vector<uint8_t> scales_e8m0;
+  WeightBuffer<uint8_t> codes;
+  WeightBuffer<float> scales;          // as PackedFp8Weight
+  WeightBuffer<uint8_t> scales_e8m0;
   int64_t bytes() const {
     return static_cast<int64_t>(codes.size() + 4 * scales.size() + scales_e8m0.size());
   }

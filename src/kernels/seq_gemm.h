@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/weight_buffer.h"
+
 namespace strata {
 class ThreadPool;
 }
@@ -30,8 +32,8 @@ namespace strata::kernels {
 struct PackedSeqWeight {
   int64_t n = 0, k = 0;
   bool bf16 = true;             // element type of `data16` (true) or `data32` (false)
-  std::vector<uint16_t> data16; // blocks of [K][<= 8 tiles][8] bf16 bits, padding rows 0
-  std::vector<float> data32;    // the same layout, f32
+  WeightBuffer<uint16_t> data16; // blocks of [K][<= 8 tiles][8] bf16 bits, padding rows 0
+  WeightBuffer<float> data32;   // the same layout, f32
   int64_t bytes() const {
     return static_cast<int64_t>(data16.size() * 2 + data32.size() * 4);
   }

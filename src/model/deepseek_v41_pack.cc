@@ -50,10 +50,10 @@ std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l) {
   return p;
 }
 
-int64_t run_pack_jobs(const std::vector<std::function<int64_t()>>& jobs, ThreadPool* pool) {
+int64_t run_pack_jobs(const std::vector<PackJob>& jobs, ThreadPool* pool) {
   std::atomic<int64_t> total{0};
   auto run = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) total += jobs[i]();
+    for (int64_t i = b; i < e; ++i) total += jobs[i].pack();
   };
   if (pool != nullptr && pool->num_threads() > 1) {
     pool->parallel_for(static_cast<int64_t>(jobs.size()), run);
@@ -96,17 +96,19 @@ std::shared_ptr<const V41PackedLinear> pack_stacked(const V41Linear& a, const V4
 }  // namespace
 
 void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end,
-                                          ExpertShare experts) {
-  // Collect the jobs first (each writes one distinct shared_ptr slot), then run them.
-  std::vector<std::function<int64_t()>> jobs;
+                                          ExpertShare experts, PackedWeightCache* cache) {
+  // Collect the jobs first (each writes its own distinct shared_ptr slots), then run them
+  // (or restore their slots from the cache).
+  std::vector<PackJob> jobs;
   auto add_linear = [&](V41Linear& l) {
     if (!l.present()) return;
     // FP8 kernels need the activation block (32 in V4.1) to equal the weight's K block.
     if (l.kind == V41WeightKind::kFp8 && l.block != 32) return;
-    jobs.push_back([&l] {
-      l.packed = pack_linear(l);
-      return l.packed->bytes();
-    });
+    jobs.push_back({[&l] {
+                      l.packed = pack_linear(l);
+                      return l.packed->bytes();
+                    },
+                    {{&l.packed, l.out, l.in}}});
   };
   const int64_t D = config_.dim, hc = config_.hc_mult;
   std::vector<V41BlockWeights*> blocks;
@@ -123,17 +125,21 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int
     auto add_expert = [&](V41ExpertWeights& e) {
       add_linear(e.w2);
       if (!e.w1.present() || !e.w3.present()) return;
-      jobs.push_back([&e] {
-        e.w13_packed = pack_stacked(e.w1, e.w3);
-        if (e.w13_packed) return e.w13_packed->bytes();
-        int64_t bytes = 0;  // not stackable: each on its own (FP8 only with 32-wide blocks)
-        for (V41Linear* l : {&e.w1, &e.w3}) {
-          if (l->kind == V41WeightKind::kFp8 && l->block != 32) continue;
-          l->packed = pack_linear(*l);
-          bytes += l->packed->bytes();
-        }
-        return bytes;
-      });
+      jobs.push_back({[&e] {
+                        e.w13_packed = pack_stacked(e.w1, e.w3);
+                        if (e.w13_packed) return e.w13_packed->bytes();
+                        int64_t bytes = 0;  // not stackable: each on its own (FP8 only with
+                                            // 32-wide blocks)
+                        for (V41Linear* l : {&e.w1, &e.w3}) {
+                          if (l->kind == V41WeightKind::kFp8 && l->block != 32) continue;
+                          l->packed = pack_linear(*l);
+                          bytes += l->packed->bytes();
+                        }
+                        return bytes;
+                      },
+                      {{&e.w13_packed, 2 * e.w1.out, e.w1.in},
+                       {&e.w1.packed, e.w1.out, e.w1.in},
+                       {&e.w3.packed, e.w3.out, e.w3.in}}});
     };
     const int64_t E = static_cast<int64_t>(b.ffn.experts.size());
     const bool backbone = bp >= layers_.data() && bp < layers_.data() + layers_.size();
@@ -143,25 +149,28 @@ void DeepseekV41Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int
     V41MoeWeights* moe = &b.ffn;
     if (moe->gate_weight.data) {
       const int64_t E = moe->gate_weight.shape[0];
-      jobs.push_back([moe, E, D] {
-        moe->gate_packed = pack_view(moe->gate_weight, E, D);
-        return moe->gate_packed->bytes();
-      });
+      jobs.push_back({[moe, E, D] {
+                        moe->gate_packed = pack_view(moe->gate_weight, E, D);
+                        return moe->gate_packed->bytes();
+                      },
+                      {{&moe->gate_packed, E, D}}});
     }
     for (V41MhcWeights* m : {&b.hc_attn, &b.hc_ffn}) {
       if (!m->fn.data) continue;
       const int64_t nmix = m->fn.shape[0];
-      jobs.push_back([m, nmix, hc, D] {
-        m->fn_packed = pack_view(m->fn, nmix, hc * D);
-        return m->fn_packed->bytes();
-      });
+      jobs.push_back({[m, nmix, hc, D] {
+                        m->fn_packed = pack_view(m->fn, nmix, hc * D);
+                        return m->fn_packed->bytes();
+                      },
+                      {{&m->fn_packed, nmix, hc * D}}});
     }
   }
-  jobs.push_back([this, D] {
-    head_packed_ = pack_view(head_, config_.vocab_size, D);
-    return head_packed_->bytes();
-  });
-  packed_bytes_ = run_pack_jobs(jobs, pool);
+  jobs.push_back({[this, D] {
+                    head_packed_ = pack_view(head_, config_.vocab_size, D);
+                    return head_packed_->bytes();
+                  },
+                  {{&head_packed_, config_.vocab_size, D}}});
+  packed_bytes_ = cache != nullptr ? cache->pack(jobs, pool) : run_pack_jobs(jobs, pool);
 }
 
 }  // namespace strata

@@ -37,6 +37,7 @@
 namespace strata {
 
 class ThreadPool;
+class PackedWeightCache;
 
 // A weight repacked for the vector kernels (kernels/block_gemm.h, kernels/seq_gemm.h): the
 // same bytes per element (FP8 1, FP4 1/2, BF16 2, F32 4), reordered so a vector lane holds
@@ -181,8 +182,10 @@ class DeepseekV41Weights {
   // layers [layer_begin, layer_end) of the backbone are packed (a pipeline stage's; the
   // others are never computed on this rank and stay unpacked and unread); drafter blocks,
   // head and embeddings always. Of the backbone's routed experts only `experts`' share.
+  // `cache` (may be null): the packed slots are restored from its file on a hit, else packed
+  // and kept for its finish() (model/packed_weight_cache.h).
   void pack_for_kernels(ThreadPool* pool, int layer_begin = 0, int layer_end = 1 << 30,
-                        ExpertShare experts = {});
+                        ExpertShare experts = {}, PackedWeightCache* cache = nullptr);
   const kernels::PackedSeqWeight* head_packed() const { return head_packed_.get(); }
   int64_t packed_bytes() const { return packed_bytes_; }
 

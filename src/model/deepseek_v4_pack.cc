@@ -10,8 +10,8 @@
 namespace strata {
 
 void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int layer_end,
-                                         ExpertShare experts) {
-  std::vector<std::function<int64_t()>> jobs;
+                                         ExpertShare experts, PackedWeightCache* cache) {
+  std::vector<PackJob> jobs;
   auto add_linear = [&](V41Linear& l) {
     if (!l.present()) return;
     // The packed FP8 kernel quantizes activations per weight block (V4: act block = block).
@@ -19,17 +19,19 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int 
         (l.block % 8 != 0 || l.in % l.block != 0 || l.scale.dtype != DType::kF8_E8M0))
       return;
     if (l.kind == V41WeightKind::kFp4 && l.in % 32 != 0) return;
-    jobs.push_back([&l] {
-      l.packed = pack_linear(l);
-      return l.packed->bytes();
-    });
+    jobs.push_back({[&l] {
+                      l.packed = pack_linear(l);
+                      return l.packed->bytes();
+                    },
+                    {{&l.packed, l.out, l.in}}});
   };
   auto add_view = [&](const TensorView& t, std::shared_ptr<const kernels::PackedSeqWeight>* dst) {
     if (!t.data || t.shape.size() != 2) return;
-    jobs.push_back([&t, dst] {
-      *dst = pack_view(t, t.shape[0], t.shape[1]);
-      return (*dst)->bytes();
-    });
+    jobs.push_back({[&t, dst] {
+                      *dst = pack_view(t, t.shape[0], t.shape[1]);
+                      return (*dst)->bytes();
+                    },
+                    {{dst, t.shape[0], t.shape[1]}}});
   };
   std::vector<V4BlockWeights*> blocks;
   for (int l = std::max(0, layer_begin); l < std::min<int>(layer_end, layers_.size()); ++l)
@@ -63,7 +65,7 @@ void DeepseekV4Weights::pack_for_kernels(ThreadPool* pool, int layer_begin, int 
     add_view(b.hc_ffn.fn, &b.hc_ffn.fn_packed);
   }
   add_view(head_, &head_packed_);
-  packed_bytes_ = run_pack_jobs(jobs, pool);
+  packed_bytes_ = cache != nullptr ? cache->pack(jobs, pool) : run_pack_jobs(jobs, pool);
 }
 
 }  // namespace strata

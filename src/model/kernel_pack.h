@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/deepseek_v41_weights.h"
+#include "model/packed_weight_cache.h"
 
 namespace strata {
 
@@ -18,8 +19,5 @@ std::shared_ptr<const kernels::PackedSeqWeight> pack_view(const TensorView& t, i
 // A linear layer in its kind's packed layout (FP8: square block tiles, UE8M0 scales; FP4:
 // 32-wide groups; BF16/F32: sequential layout).
 std::shared_ptr<const V41PackedLinear> pack_linear(const V41Linear& l);
-// Runs every job (each returns the bytes it packed), split over `pool` (may be null);
-// returns the total bytes.
-int64_t run_pack_jobs(const std::vector<std::function<int64_t()>>& jobs, ThreadPool* pool);
 
 }  // namespace strata

@@ -396,6 +396,17 @@ void SafetensorsCheckpoint::skip_scans_outside_layers(int begin, int end) {
   scan_end_ = end;
 }
 
+std::vector<std::string> SafetensorsCheckpoint::scanned_tensors() const {
+  std::lock_guard lock(scanned_mu_);
+  return {scanned_.begin(), scanned_.end()};
+}
+
+void SafetensorsCheckpoint::mark_scanned(const std::vector<std::string>& names) {
+  std::lock_guard lock(scanned_mu_);
+  for (const std::string& n : names)
+    if (index_.count(n)) scanned_.insert(n);
+}
+
 Status SafetensorsCheckpoint::check_finite(const TensorView& t) const {
   if (const int l = tensor_layer(t.name); l >= 0 && (l < scan_begin_ || l >= scan_end_))
     return ok_status();  // another pipeline stage's layer: scanned there

@@ -118,6 +118,11 @@ class SafetensorsCheckpoint {
   // NaN/Inf scan of tensors of layers outside [begin, end) (tensor_layer(); the stage that
   // runs them scans them), so their pages are never faulted in here. Call before loading.
   void skip_scans_outside_layers(int begin, int end);
+  // The tensors check_finite has found finite so far, sorted; and marking tensors found
+  // finite without reading them (a packed-weight cache written by a load of these same files
+  // lists them: model/packed_weight_cache.h). Names not in the checkpoint are ignored.
+  std::vector<std::string> scanned_tensors() const;
+  void mark_scanned(const std::vector<std::string>& names);
 
  private:
   int scan_begin_ = 0, scan_end_ = 1 << 30;

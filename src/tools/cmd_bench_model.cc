@@ -29,6 +29,7 @@
 #include "tools/bench_spec.h"
 #include "tools/command_registry.h"
 #include "tools/rank_flags.h"
+#include "tools/tier_flags.h"
 
 namespace strata::tools {
 namespace {
@@ -48,6 +49,7 @@ struct BenchModelCli {
   std::string prompt_file;         // text prompt (tokenized) instead of random ids
   RankLayout ranks;  // --enable-expert-parallel, --decode-context-parallel-size (mpirun)
   std::vector<int64_t> context_sweep;  // TPOT per prompt length instead of the single run
+  std::string weight_cache_dir;        // --weight-cache-dir ("" = the default)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -79,6 +81,7 @@ int run_bench_model(BenchModelCli& o) {
     return 2;
   }
   if (const int rc = setup_ranks("strata bench model", o.ranks); rc != 0) return rc;
+  apply_weight_cache_flag(o.weight_cache_dir);
   RunnerOptions ro;
   ro.threads = o.threads;
   ro.progress = true;
@@ -287,6 +290,7 @@ int run_bench_model(BenchModelCli& o) {
                         {"decode_cpu_utilization", cpu_util},
                         {"anon_memory_mib", mem.anon_kib / 1024.0},
                         {"anon_huge_pages_mib", mem.huge_kib / 1024.0},
+                        {"file_huge_pages_mib", mem.file_pmd_kib / 1024.0},
                         {"decode_roofline_fraction", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
                         {"sgemm_size", o.sgemm_size}};
     // Unknown (a runner without a FLOP count) or skipped (--sgemm-size 0): null, not 0.
@@ -329,6 +333,9 @@ int run_bench_model(BenchModelCli& o) {
       fmt::print("memory         {:.0f} of {:.0f} MiB of anonymous memory (packed weights, state, scratch) "
                  "in huge pages\n",
                  mem.huge_kib / 1024.0, mem.anon_kib / 1024.0);
+    if (mem.file_pmd_kib > 0)
+      fmt::print("mapped files   {:.0f} MiB in huge pages (the packed-weight cache, when one "
+                 "was mapped)\n", mem.file_pmd_kib / 1024.0);
     fmt::print("read bandwidth {:.2f} GB/s (streaming read of {} MiB; the higher of {:.2f} before "
                "and {:.2f} after the runs)\n",
                bw / 1e9, o.bw_mib, bw_before / 1e9, bw_after / 1e9);
@@ -442,6 +449,7 @@ void setup_bench_model(CLI::App& app) {
     cmd->add_option("--sgemm-size", o->sgemm_size,
                     "Edge of the OpenBLAS sgemm measured first as the prefill peer (0: skip)")
         ->check(CLI::Range(0, 16384));
+    add_weight_cache_option(cmd, &o->weight_cache_dir);
     cmd->add_flag("--breakdown", o->breakdown,
                   "Also time each decode phase (GEMM families, attention steps) per token");
     cmd->add_flag("--breakdown-prefill", o->breakdown_prefill,

@@ -4,6 +4,8 @@
 //   --disk-cache-bytes N   disk tier budget (default 16 GiB)
 //   --kv-pool URL          shared pool, redis://HOST:PORT
 //   --engram-placement ram|mmap|disk, --engram-cache-bytes N   (V4.1 Engram tables)
+//   --weight-cache-dir DIR|none   packed-weight cache (model/packed_weight_cache.h; also
+//                                 `bench model`)
 // Sizes accept 4096, 512MiB, 16GiB, 1e9 (parse_byte_size).
 #pragma once
 
@@ -13,6 +15,7 @@
 
 #include "base/status.h"
 #include "exec/runner_factory.h"
+#include "model/packed_weight_cache.h"
 #include "tiers/tiers.h"
 
 namespace strata::tools {
@@ -20,7 +23,21 @@ namespace strata::tools {
 struct TierCli {
   std::string host_bytes = "0", disk_bytes = "0", disk_dir, pool_url;
   std::string engram_placement = "mmap", engram_cache_bytes;  // "" = 64MiB
+  std::string weight_cache_dir;  // "" = the default (packed_weight_cache.h)
 };
+
+inline void add_weight_cache_option(CLI::App* cmd, std::string* dir) {
+  cmd->add_option("--weight-cache-dir", *dir,
+                  "Where the DeepSeek loaders keep the kernels' packed weights once packed, so "
+                  "later starts map them instead of repacking (checked, keyed by the strata "
+                  "build and the checkpoint files); 'none' = pack every time. Default: "
+                  "$STRATA_WEIGHT_CACHE_DIR, else ~/.cache/strata/packed-weights for "
+                  "checkpoints of 1 GiB or more");
+}
+// Sets the process's packed-weight cache from the flag (nothing when it was not given).
+inline void apply_weight_cache_flag(const std::string& dir) {
+  if (!dir.empty()) set_process_weight_cache_settings(weight_cache_settings_from_flag(dir));
+}
 
 inline void add_tier_options(CLI::App* cmd, TierCli* t) {
   cmd->add_option("--host-cache-bytes", t->host_bytes,
@@ -44,6 +61,7 @@ inline void add_tier_options(CLI::App* cmd, TierCli* t) {
       ->capture_default_str();
   cmd->add_option("--engram-cache-bytes", t->engram_cache_bytes,
                   "Hot-row cache of --engram-placement disk (default 64MiB)");
+  add_weight_cache_option(cmd, &t->weight_cache_dir);
 }
 
 inline StatusOr<TierOptions> tier_options(const TierCli& t) {
@@ -74,6 +92,7 @@ inline Status apply_tier_flags(const TierCli& t, RunnerOptions* ro) {
   if (!n.ok()) return invalid_argument("--engram-cache-bytes: {}", n.status().message());
   ro->engram_placement = t.engram_placement;
   ro->engram_cache_bytes = *n;
+  apply_weight_cache_flag(t.weight_cache_dir);
   return ok_status();
 }
 

@@ -17,6 +17,7 @@
 #include "exec/ep_moe.h"
 #include "exec/stage_carry.h"
 #include "model/dtype.h"
+#include "model/packed_weight_cache.h"
 
 namespace strata {
 
@@ -38,12 +39,9 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   if (c.index_head_dim > 0 && (c.index_head_dim & (c.index_head_dim - 1)) != 0)
     return failed_precondition("index_head_dim {} must be a power of two (Hadamard)", c.index_head_dim);
   if (c.dim % 32 != 0) return failed_precondition("dim {} must be a multiple of 32", c.dim);
-  STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
   // A pipeline stage checks and packs (and so keeps resident) only its own layers.
   const PipeStage own = pipe_stage(pipe_comm ? pipe_comm.get() : process_pipe_comm().get(),
                                    c.n_layers);
-  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
-  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
   if (threads != 1) m->pool_ = std::make_unique<ThreadPool>(threads);
   // Expert parallelism: this rank packs (and computes) only its share of the routed experts.
   m->expert_comm_ = process_expert_comm();
@@ -51,8 +49,16 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   const ExpertShare share = m->expert_comm_
                                 ? ExpertShare{m->expert_comm_->rank(), m->expert_comm_->size()}
                                 : ExpertShare{};
+  std::unique_ptr<PackedWeightCache> cache;
+  if (!scalar_reference)
+    cache = PackedWeightCache::open(dir, pack_layout("v4", own.begin, own.end, share),
+                                    process_weight_cache_settings(), m->pool_.get());
+  STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, false));
+  if (cache && cache->hit()) m->checkpoint_->mark_scanned(cache->scanned_tensors());
+  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV4Weights::load(*m->checkpoint_, c));
   if (!scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share);
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share, cache.get());
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -90,6 +96,7 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::load(const std::stri
   if (m->pipe_comm_ && m->pipe_comm_->size() > c.n_layers)
     return failed_precondition("--pipeline-parallel-size {} exceeds the model's {} layers",
                                m->pipe_comm_->size(), c.n_layers);
+  if (cache) cache->finish(m->checkpoint_->scanned_tensors());  // the load succeeded: persist what was packed
   return m;
 }
 

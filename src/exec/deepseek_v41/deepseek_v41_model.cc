@@ -19,6 +19,7 @@
 #include "exec/stage_carry.h"
 #include "kernels/block_gemm.h"
 #include "model/dtype.h"
+#include "model/packed_weight_cache.h"
 #include "model/tokenizer.h"
 
 namespace strata {
@@ -133,12 +134,9 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
                                c.head_dim, c.index_head_dim, c.dim);
   for (const LayerSchedule& ls : c.layers)
     if (ls.ratio > 16) return failed_precondition("layer {}: ratio {} unsupported", ls.layer_id, ls.ratio);
-  STRATA_ASSIGN_OR_RETURN(m->checkpoint_, SafetensorsCheckpoint::open(dir, options.progress));
   // A pipeline stage checks and packs (and so keeps resident) only its own layers.
   const PipeStage own = pipe_stage(options.pipe_comm ? options.pipe_comm.get()
                                                      : process_pipe_comm().get(), c.n_layers);
-  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
-  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
   if (options.threads != 1) m->pool_ = std::make_unique<ThreadPool>(options.threads);
   // Expert parallelism: this rank packs (and computes) only its share of the routed experts.
   m->expert_comm_ = options.expert_comm ? options.expert_comm : process_expert_comm();
@@ -146,8 +144,18 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   const ExpertShare share = m->expert_comm_
                                 ? ExpertShare{m->expert_comm_->rank(), m->expert_comm_->size()}
                                 : ExpertShare{};
+  std::unique_ptr<PackedWeightCache> cache;
+  if (!options.scalar_reference)
+    cache = PackedWeightCache::open(dir, pack_layout("v4.1", own.begin, own.end, share),
+                                    process_weight_cache_settings(), m->pool_.get());
+  const bool hit = cache && cache->hit();
+  STRATA_ASSIGN_OR_RETURN(m->checkpoint_,
+                          SafetensorsCheckpoint::open(dir, options.progress && !hit));
+  if (hit) m->checkpoint_->mark_scanned(cache->scanned_tensors());
+  m->checkpoint_->skip_scans_outside_layers(own.begin, own.end);
+  STRATA_ASSIGN_OR_RETURN(m->weights_, DeepseekV41Weights::load(*m->checkpoint_, c));
   if (!options.scalar_reference) {
-    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share);
+    m->weights_->pack_for_kernels(m->pool_.get(), own.begin, own.end, share, cache.get());
     // The packed copies are what the kernels read: the file's pages (faulted in by the
     // checks and the packing) need not stay resident too (issue 29 goal 4).
     m->checkpoint_->release_resident_pages();
@@ -223,6 +231,7 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   if (m->pipe_comm_ && m->pipe_comm_->size() > c.n_layers)
     return failed_precondition("--pipeline-parallel-size {} exceeds the model's {} layers",
                                m->pipe_comm_->size(), c.n_layers);
+  if (cache) cache->finish(m->checkpoint_->scanned_tensors());  // the load succeeded: persist what was packed
   return m;
 }
 
