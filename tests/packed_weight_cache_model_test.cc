@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/check.h"
@@ -50,9 +52,13 @@ struct CacheDir {
       for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
     return out;
   }
-  // Flips a byte in the middle of the one cache file (inside the packed data).
+  // Flips a byte in the middle of the cache file (inside the packed data), 30 ms after the
+  // last full check so that the file's modify time moves (packed_weight_cache.h).
   void corrupt() const {
-    const fs::path p = files().at(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    fs::path p;
+    for (const fs::path& f : files())
+      if (f.extension() == ".strata-packed") p = f;
     std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
     const int64_t at = static_cast<int64_t>(fs::file_size(p)) / 2;
     f.seekg(at);
@@ -103,7 +109,7 @@ TEST(PackedWeightCacheModels, V41MappedWeightsGiveTheReferenceBits) {
   CacheDir cache;
   const std::vector<std::vector<float>> ref = runs_v41(*load_v41(true, 1));
   auto packed = load_v41(false, 1);  // a miss: packs, writes the file
-  ASSERT_EQ(cache.files().size(), 1u);
+  ASSERT_EQ(cache.files().size(), 1u);  // the file (no .verified record before a check)
   EXPECT_FALSE(v41_is_mapped(*packed));
   auto mapped1 = load_v41(false, 1);
   auto mapped2 = load_v41(false, 2);
@@ -134,7 +140,7 @@ TEST(PackedWeightCacheModels, V4MappedWeightsGiveTheReferenceBits) {
   CacheDir cache;
   auto ref = load_v4(true, 1);
   auto packed = load_v4(false, 2);
-  ASSERT_EQ(cache.files().size(), 1u);
+  ASSERT_EQ(cache.files().size(), 1u);  // the file (no .verified record before a check)
   auto mapped = load_v4(false, 1);
   const V41Linear& l = mapped->weights().layer(0).attn.wq_a;
   ASSERT_NE(l.packed, nullptr);

@@ -12,7 +12,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -39,6 +42,28 @@ struct PackedWeightCache::Mapping {
 };
 
 namespace {
+
+// The text of a small file ("" when absent or unreadable).
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return in ? ss.str() : std::string();
+}
+
+// Writes `text` to `path` via a temporary and rename; failures are ignored.
+void write_small_file(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) {
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+}
 
 // Reads the array (offset, count) of element size `elem` into a view of the mapping.
 template <class T>
@@ -161,6 +186,19 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
   if (!r.ok || r.p != r.end) return bad("header does not describe the file");
   m->data = b + data_off;
   m->data_bytes = static_cast<int64_t>(data_bytes);
+  // Checked in full once per file identity (verified_identity): a later start maps it
+  // without reading every byte again unless the file changed.
+  const std::string identity = fmt::format("ino {} size {} mtime {}.{} ctime {}.{} meta {:016x}",
+                                           st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                                           st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
+                                           st.st_ctim.tv_nsec, meta_hash);
+  const std::string verified_path = c->path_ + ".verified";
+  if (read_small_file(verified_path) == identity) {
+    m->slots = slots;
+    c->scanned_ = std::move(scanned);
+    c->mapping_ = std::move(m);
+    return c;
+  }
   std::atomic<int64_t> first_bad{-1};
   auto verify = [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
@@ -175,6 +213,7 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
   }
   if (first_bad.load() >= 0)
     return bad(fmt::format("data chunk {} checksum mismatch", first_bad.load()));
+  write_small_file(verified_path, identity);  // best effort: unrecorded = checked next time
   m->slots = slots;
   c->scanned_ = std::move(scanned);
   c->mapping_ = std::move(m);

@@ -14,9 +14,15 @@
 //   - config.json's bytes (XXH3-64) and, for every other regular file in the model directory,
 //     its name, size, modify time (ns), inode and device: an edited or replaced checkpoint
 //     misses. (A bit flip that changes none of these is not detected; the cached bytes are.)
-// Each 64 MiB chunk of the data carries an XXH3-64, all verified (over the pool) when the file
-// is opened, before anything is read from it; so is the header. A file that fails any check is
-// ignored with a warning on stderr and rewritten; the cache never fails a load.
+// The header carries an XXH3-64 (checked at every open), and so does each 64 MiB chunk of the
+// data. The chunks are checked (over the pool) the first time a file is opened, and again
+// whenever the file's identity (inode, size, modify and change times) differs from the one
+// recorded in <name>.verified at the last full check: a start after that maps the file
+// without reading every byte (the same trust in file identity that skips the checkpoint's
+// NaN / Inf scan, below). Not noticed: a change that keeps all four (bit rot under an
+// unchanged inode, or a write within the same timestamp tick as the check, a few ms on
+// kernels without fine-grained timestamps). A file that fails any check is ignored with a
+// warning on stderr and rewritten; the cache never fails a load.
 //
 // The file also lists the checkpoint tensors the writing load found finite (the NaN / Inf
 // scan, SafetensorsCheckpoint::check_finite): since the key pins the files' identity, a load

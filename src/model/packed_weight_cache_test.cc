@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 namespace strata {
 namespace {
@@ -41,6 +42,14 @@ struct Dirs {
     return out;
   }
 };
+
+// The one cache file (not its .verified record).
+fs::path cache_file(const Dirs& d) {
+  for (const fs::path& p : d.cache_files())
+    if (p.extension() == ".strata-packed") return p;
+  ADD_FAILURE() << "no cache file";
+  return {};
+}
 
 // Weights the jobs "pack": a V41PackedLinear holding FP8 arrays (with subnormal flags), one
 // holding FP4 arrays, an empty slot, and a BF16 and an F32 sequential weight.
@@ -157,7 +166,8 @@ TEST(PackedWeightCache, MissWritesHitRestoresViews) {
   EXPECT_EQ(first.packs, 1);
   ASSERT_EQ(d.cache_files().size(), 1u);
   EXPECT_EQ(d.cache_files()[0].extension(), ".strata-packed");
-  EXPECT_TRUE(load(d, &second));
+  EXPECT_TRUE(load(d, &second));  // checked in full, and the file's identity recorded
+  EXPECT_TRUE(fs::exists(cache_file(d).string() + ".verified"));
   EXPECT_EQ(second.packs, 0);  // restored, not packed
   expect_same(first, second, true);
   EXPECT_FALSE(first.fp8->fp8.codes.is_view());
@@ -184,15 +194,19 @@ TEST(PackedWeightCache, ChangedCheckpointOrLayoutMisses) {
   EXPECT_EQ(b.packs, 1);
   EXPECT_TRUE(load(d, &c));
   EXPECT_FALSE(load(d, &e, "fake layers [0, 2)"));  // another layout: its own file
-  EXPECT_EQ(d.cache_files().size(), 2u);
+  EXPECT_EQ(d.cache_files().size(), 3u);  // two files, the first one's .verified record
   Dirs::write(d.model / "config.json", "{\"dim\": 65}");
   FakeWeights f;
   EXPECT_FALSE(load(d, &f));
 }
 
-// Flips one byte at `at` (from the end when negative) of the one cache file.
+// Flips one byte at `at` (from the end when negative) of the cache file. First waits 30 ms:
+// a file's modify time moves only with the kernel's timestamp tick (a few ms without
+// fine-grained timestamps), and a change in the same tick as the last full check would keep
+// the identity recorded then (packed_weight_cache.h).
 void flip(const Dirs& d, int64_t at) {
-  const fs::path p = d.cache_files().at(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const fs::path p = cache_file(d);
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(0, std::ios::end);
   const int64_t size = f.tellg();
@@ -219,10 +233,25 @@ TEST(PackedWeightCache, CorruptFilesAreIgnoredAndRewritten) {
     EXPECT_TRUE(load(d, &again)) << "rewritten after byte " << at;
     expect_same(ref, again, true);
   }
-  fs::resize_file(d.cache_files().at(0), fs::file_size(d.cache_files().at(0)) - 64);
+  fs::resize_file(cache_file(d), fs::file_size(cache_file(d)) - 64);
   FakeWeights t;
   EXPECT_FALSE(load(d, &t));
   expect_same(ref, t, false);
+}
+
+TEST(PackedWeightCache, ARecordOfAnotherIdentityMeansAFullCheck) {
+  Dirs d;
+  FakeWeights ref, a, b;
+  load(d, &ref);
+  EXPECT_TRUE(load(d, &a));
+  const std::string record = cache_file(d).string() + ".verified";
+  Dirs::write(record, "ino 1 size 2");
+  flip(d, -1);  // the record does not match: checked in full, so the flip is found
+  FakeWeights w;
+  EXPECT_FALSE(load(d, &w));
+  expect_same(ref, w, false);
+  EXPECT_TRUE(load(d, &b));
+  expect_same(ref, b, true);
 }
 
 TEST(PackedWeightCache, SlotsThatDisagreeArePacked) {

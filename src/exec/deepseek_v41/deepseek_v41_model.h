@@ -152,6 +152,11 @@ class DeepseekV41Model {
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekV41Weights& weights() const { return *weights_; }
+  // The Engram compressed-token map the load used (injected, from a file, or built from the
+  // model's tokenizer); null for a model without Engram layers.
+  const std::vector<int64_t>* engram_token_map() const {
+    return engram_hasher_ ? &engram_hasher_->token_map() : nullptr;
+  }
   // Engram table placement and its counters (null: the model has no Engram layers).
   const EngramTableStore* engram_tables() const { return engram_tables_.get(); }
   // Compute pool of the forward (null when loaded with threads == 1).

@@ -24,18 +24,10 @@ StatusOr<std::unique_ptr<DeepseekV41Runner>> DeepseekV41Runner::create(
   r->init(dir, std::move(name), "deepseek_v41", cache);
   if (!c.engram_layer_ids.empty() && c.engram_max_ngram_size > 1) {
     // The Engram history at a replay start or after a handoff import is rebuilt from ids:
-    // the same compressed-token map DeepseekV41Model::load uses (injected, file, or built
-    // from the tokenizer).
-    std::vector<int64_t> map = options.engram_token_map;
-    if (map.empty() && !options.engram_token_map_path.empty()) {
-      STRATA_ASSIGN_OR_RETURN(map, load_token_map(options.engram_token_map_path));
-    }
-    if (map.empty()) {
-      STRATA_ASSIGN_OR_RETURN(auto tok, load_tokenizer_from_dir(dir));
-      int64_t n = 0;
-      STRATA_ASSIGN_OR_RETURN(map, build_compressed_token_map(*tok, &n));
-    }
-    r->engram_map_ = std::move(map);
+    // the same compressed-token map DeepseekV41Model::load built (or was given).
+    const std::vector<int64_t>* map = r->model_->engram_token_map();
+    STRATA_CHECK(map != nullptr);
+    r->engram_map_ = *map;
   }
   return r;
 }
