@@ -5,11 +5,13 @@
 //
 // The binary: see tests/cli_runner.h.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -62,6 +64,32 @@ TEST(BenchModelCli, RooflineUsesTheHigherBandwidthReading) {
   EXPECT_NEAR(j["decode_bandwidth_gbs"].get<double>(), tps * bytes / 1e9, 1e-9 * tps * bytes);
   EXPECT_EQ(j["prompt_tokens"], 6);
   EXPECT_EQ(j["decode_tokens"], 3);
+}
+
+// The load time and its peer, one page-cache read of the checkpoint, are reported; with
+// --weight-cache-dir the first run writes the packed-weight cache there and the next maps it
+// (the same decode rate's inputs: the tokens agree through the logits tests elsewhere).
+TEST(BenchModelCli, LoadTimeBesideACheckpointReadAndTheWeightCacheFlag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_bench_wc_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  for (int run = 0; run < 2; ++run) {
+    const auto j = bench_json("--prompt-tokens 4 --decode-tokens 2 --repeats 1 --threads 1 "
+                              "--sgemm-size 0 --weight-cache-dir " + dir.string());
+    ASSERT_FALSE(j.is_null());
+    EXPECT_GT(j["load_s"].get<double>(), 0.0);
+    EXPECT_GT(j["checkpoint_read_s"].get<double>(), 0.0);
+    int packed = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+      packed += e.path().extension() == ".strata-packed";
+    EXPECT_EQ(packed, 1) << "run " << run;
+  }
+  std::string out;
+  ASSERT_EQ(run_strata("bench model --model " + v41_dir() + " --prompt-tokens 4 --decode-tokens 2 "
+                       "--repeats 1 --threads 1 --sgemm-size 0 --bandwidth-mib 8 "
+                       "--weight-cache-dir none", &out), 0) << out;
+  EXPECT_NE(out.find("one page-cache read of the checkpoint"), std::string::npos) << out;
+  fs::remove_all(dir);
 }
 
 // --breakdown: the decode phases of the V4.1 forward (GEMM families, attention), per token;
