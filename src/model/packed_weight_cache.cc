@@ -65,7 +65,7 @@ void write_small_file(const std::string& path, const std::string& text) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
 }
 
-// Reads the array (offset, count) of element size `elem` into a view of the mapping.
+// Reads an array's (offset, count) and makes it a view of the mapping (false: out of bounds).
 template <class T>
 bool read_array(Reader* r, const std::shared_ptr<const PackedWeightCache::Mapping>& m,
                 kernels::WeightBuffer<T>* out) {
@@ -121,10 +121,13 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
   const std::string where = real + '\0' + layout;
   c->path_ = fmt::format("{}/{:016x}.strata-packed", settings.dir,
                          XXH3_64bits(where.data(), where.size()));
-  c->key_ = fmt::format("strata packed weights v{}\n{}\ncpu {} avx512 {} ext {}\nlayout {}\n{}",
-                        kFormatVersion, code_identity(),
-                        kernels::isa_name(kernels::active_isa()), kernels::avx512_active(),
-                        kernels::avx512_ext_active(), layout, *files);
+  // The CPU's capabilities (not the STRATA_AVX512* switches: the layouts do not depend on
+  // them, and an A/B run toggling them should not repack).
+  c->key_ = fmt::format("strata packed weights v{}\n{}\ncpu avx2 {} avx512 {} ext {}\n"
+                        "layout {}\n{}",
+                        kFormatVersion, code_identity(), kernels::cpu_has_avx2_fma(),
+                        kernels::cpu_has_avx512(), kernels::cpu_has_avx512_ext(), layout,
+                        *files);
 
   const int fd = ::open(c->path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return c;  // a miss: nothing written yet

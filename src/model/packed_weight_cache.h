@@ -9,7 +9,7 @@
 // changed checkpoint files, another CPU feature set) is a miss and is replaced. The key:
 //   - the cache format version and the running executable's GNU build id (a rebuilt strata
 //     whose packers might lay bytes out differently never reads an older file);
-//   - the CPU features the kernels dispatch on;
+//   - the CPU's vector capabilities (AVX2, AVX-512, its extensions);
 //   - the layout string;
 //   - config.json's bytes (XXH3-64) and, for every other regular file in the model directory,
 //     its name, size, modify time (ns), inode and device: an edited or replaced checkpoint

@@ -231,7 +231,8 @@ StatusOr<std::unique_ptr<DeepseekV41Model>> DeepseekV41Model::load(const std::st
   if (m->pipe_comm_ && m->pipe_comm_->size() > c.n_layers)
     return failed_precondition("--pipeline-parallel-size {} exceeds the model's {} layers",
                                m->pipe_comm_->size(), c.n_layers);
-  if (cache) cache->finish(m->checkpoint_->scanned_tensors());  // the load succeeded: persist what was packed
+  // The load succeeded: persist what was packed (with the tensors found finite).
+  if (cache) cache->finish(m->checkpoint_->scanned_tensors());
   return m;
 }
 
