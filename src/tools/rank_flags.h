@@ -84,8 +84,9 @@ inline int setup_ranks(const char* command, const RankLayout& l) {
     return refuse(why);
   if (n > 1 && !l.expert_parallel && l.dcp == 1 && l.pp == 1)
     return refuse(fmt::format("{} ranks but no parallel layout: pass --enable-expert-parallel "
-                              "and/or --decode-context-parallel-size {}, or "
-                              "--pipeline-parallel-size {}", n, n, n));
+                              "(models with routed experts) and/or "
+                              "--decode-context-parallel-size {}, or --pipeline-parallel-size {}",
+                              n, n, n));
   if (l.dcp_interleave != 1 && l.dcp == 1)
     return refuse("--dcp-kv-cache-interleave-size needs --decode-context-parallel-size > 1");
   set_dist_timeout(l.dist_timeout_s);
