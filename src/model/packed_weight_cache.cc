@@ -197,6 +197,7 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
                                            st.st_ctim.tv_nsec, meta_hash);
   const std::string verified_path = c->path_ + ".verified";
   if (read_small_file(verified_path) == identity) {
+    fmt::print(stderr, "[load] packed weights mapped from {}\n", c->path_);
     m->slots = slots;
     c->scanned_ = std::move(scanned);
     c->mapping_ = std::move(m);
@@ -217,6 +218,7 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
   if (first_bad.load() >= 0)
     return bad(fmt::format("data chunk {} checksum mismatch", first_bad.load()));
   write_small_file(verified_path, identity);  // best effort: unrecorded = checked next time
+  fmt::print(stderr, "[load] packed weights mapped from {} (checked in full)\n", c->path_);
   m->slots = slots;
   c->scanned_ = std::move(scanned);
   c->mapping_ = std::move(m);

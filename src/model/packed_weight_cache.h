@@ -11,9 +11,10 @@
 //     whose packers might lay bytes out differently never reads an older file);
 //   - the CPU's vector capabilities (AVX2, AVX-512, its extensions);
 //   - the layout string;
-//   - config.json's bytes (XXH3-64) and, for every other regular file in the model directory,
-//     its name, size, modify time (ns), inode and device: an edited or replaced checkpoint
-//     misses. (A bit flip that changes none of these is not detected; the cached bytes are.)
+//   - config.json's bytes (XXH3-64) and, for every .safetensors / .json file in the model
+//     directory, its name, size, modify and change times (ns), inode and device: an edited or
+//     replaced checkpoint misses (a write that restores the modify time still moves the change
+//     time). A bit flip that changes none of these (disk rot) is not detected.
 // The header carries an XXH3-64 (checked at every open), and so does each 64 MiB chunk of the
 // data. The chunks are checked (over the pool) the first time a file is opened, and again
 // whenever the file's identity (inode, size, modify and change times) differs from the one
@@ -28,9 +29,11 @@
 // scan, SafetensorsCheckpoint::check_finite): since the key pins the files' identity, a load
 // that hits marks them scanned instead of reading every byte of the checkpoint again.
 //
-// Writing: <name>.tmp.<pid> then rename, so readers (and several ranks with the same layout)
-// only ever see complete files; skipped with a warning when the file system has less free
-// space than the file plus 1 GiB.
+// Writing: <name>.tmp.<pid> then fdatasync and rename, so readers (and several ranks with the
+// same layout) only ever see complete files; temporaries of writers that no longer run are
+// removed first; skipped with a warning when the file system has less free space than the
+// file plus 1 GiB. Nothing evicts files: delete the directory to reclaim the space.
+// A hit prints "[load] packed weights mapped from <path>" on stderr.
 //
 // Thread safety: one object per model load, used by one thread (its pool verifies in parallel).
 #pragma once

@@ -84,8 +84,10 @@ StatusOr<std::string> model_files_identity(const std::string& dir, int64_t* tota
     struct stat st {};
     if (stat(f.c_str(), &st) != 0) return not_found("{}: cannot stat", f.string());
     *total_bytes += st.st_size;
-    s += fmt::format("file {} size {} mtime {}.{} ino {} dev {}", f.filename().string(),
-                     st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ino, st.st_dev);
+    // ctime too: an in-place write that restores the modify time still moves it.
+    s += fmt::format("file {} size {} mtime {}.{} ctime {}.{} ino {} dev {}",
+                     f.filename().string(), st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                     st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_ino, st.st_dev);
     if (f.filename() == "config.json") {
       std::ifstream in(f, std::ios::binary);
       std::stringstream ss;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -198,6 +199,35 @@ TEST(PackedWeightCache, ChangedCheckpointOrLayoutMisses) {
   Dirs::write(d.model / "config.json", "{\"dim\": 65}");
   FakeWeights f;
   EXPECT_FALSE(load(d, &f));
+  // An in-place write of the same size that puts the modify time back: the change time moved.
+  FakeWeights g, h;
+  EXPECT_TRUE(load(d, &g));
+  const fs::path st = d.model / "model.safetensors";
+  const auto mtime = fs::last_write_time(st);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Dirs::write(st, std::string(4097, 'x'));
+  fs::last_write_time(st, mtime);
+  EXPECT_FALSE(load(d, &h));
+  EXPECT_EQ(h.packs, 1);
+}
+
+// A writer killed part-way leaves <name>.tmp.<pid>: the next write removes the temporaries of
+// processes that no longer run, and keeps a running one's.
+TEST(PackedWeightCache, OrphanedTemporariesAreRemoved) {
+  Dirs d;
+  FakeWeights a;
+  load(d, &a);
+  const std::string file = cache_file(d).string();
+  fs::remove(file);
+  Dirs::write(file + ".tmp.2147483646", "left by a killed writer");
+  Dirs::write(file + ".verified.tmp.2147483645", "x");
+  Dirs::write(file + ".tmp.1", "pid 1 runs");
+  FakeWeights b;
+  EXPECT_FALSE(load(d, &b));
+  EXPECT_FALSE(fs::exists(file + ".tmp.2147483646"));
+  EXPECT_FALSE(fs::exists(file + ".verified.tmp.2147483645"));
+  EXPECT_TRUE(fs::exists(file + ".tmp.1"));
+  EXPECT_TRUE(fs::exists(file));
 }
 
 // Flips one byte at `at` (from the end when negative) of the cache file. First waits 30 ms:

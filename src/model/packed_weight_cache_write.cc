@@ -1,6 +1,7 @@
 // PackedWeightCache::store: writing the file (see packed_weight_cache.h and the format in
 // packed_weight_cache_format.h).
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -20,6 +22,30 @@ namespace strata {
 
 namespace fs = std::filesystem;
 using namespace pwc;  // NOLINT: the format's names
+
+namespace {
+
+// Removes <path>.tmp.<pid> and <path>.verified.tmp.<pid> files of processes that no longer run
+// (a writing start killed part-way leaves its temporary behind).
+void remove_orphaned_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string stem = p.filename().string();
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    for (const std::string& prefix : {stem + ".tmp.", stem + ".verified.tmp."}) {
+      if (name.rfind(prefix, 0) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) break;
+      const long pid = std::strtol(digits.c_str(), nullptr, 10);
+      if (pid > 0 && pid != getpid() && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        fs::remove(e.path(), ec);
+      break;
+    }
+  }
+}
+
+}  // namespace
 
 Status PackedWeightCache::store(const std::vector<std::string>& scanned) {
   // Lay the arrays out, then the header, then stream the data.
@@ -70,6 +96,7 @@ Status PackedWeightCache::store(const std::vector<std::string>& scanned) {
           file_bytes + (int64_t{1} << 30))
     return failed_precondition("{} has less free space than the {} MiB file plus 1 GiB", dir,
                                file_bytes >> 20);
+  remove_orphaned_temporaries(path_);
   const std::string tmp = fmt::format("{}.tmp.{}", path_, getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return internal_error("cannot create {}: {}", tmp, std::strerror(errno));
