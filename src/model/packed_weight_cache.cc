@@ -167,18 +167,6 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
   const uint64_t nscanned = r.u64();
   std::vector<std::string> scanned;
   for (uint64_t i = 0; r.ok && i < nscanned; ++i) scanned.push_back(r.str());
-  m->slot_count = r.u64();
-  // Skip the slots to the trailer (they are parsed by restore()).
-  Reader slots = r;
-  for (uint64_t i = 0; r.ok && i < m->slot_count; ++i) {
-    const uint8_t tag = r.u8();
-    const int arrays = tag == 0 ? 0 : tag == 1 ? 9 : 2;
-    const int scalars = tag == 0 ? 0 : tag == 1 ? 7 : 2;
-    for (int j = 0; j < scalars; ++j) r.u64();
-    if (tag != 0) r.u8();  // the seq's bf16 flag
-    for (int j = 0; j < 2 * arrays; ++j) r.u64();
-    if (tag > 2) r.ok = false;
-  }
   const uint64_t data_bytes = r.u64(), chunk = r.u64(), nchunks = r.u64();
   const int64_t data_off = align_up(16 + static_cast<int64_t>(meta_bytes), kDataAlign);
   if (!r.ok || chunk == 0 || nchunks != (data_bytes + chunk - 1) / chunk ||
@@ -186,7 +174,9 @@ std::unique_ptr<PackedWeightCache> PackedWeightCache::open(const std::string& mo
     return bad("header does not describe the file");
   std::vector<uint64_t> sums(nchunks);
   for (uint64_t& s : sums) s = r.u64();
-  if (!r.ok || r.p != r.end) return bad("header does not describe the file");
+  m->slot_count = r.u64();
+  if (!r.ok) return bad("header does not describe the file");
+  const Reader slots = r;  // the slot records run to the end of the meta (restore())
   m->data = b + data_off;
   m->data_bytes = static_cast<int64_t>(data_bytes);
   // Checked in full once per file identity (verified_identity): a later start maps it
@@ -278,6 +268,10 @@ bool PackedWeightCache::restore(const std::vector<PackJob>& jobs, std::string* w
       ++index;
     }
   }
+  if (r.p != r.end) {
+    *why = "the slot records do not fill the header";
+    return false;
+  }
   for (auto& [s, p] : out) {
     if (auto* lin = std::get_if<std::shared_ptr<const V41PackedLinear>*>(&s->slot)) {
       **lin = std::static_pointer_cast<const V41PackedLinear>(p);
@@ -295,12 +289,7 @@ int64_t PackedWeightCache::pack(const std::vector<PackJob>& jobs, ThreadPool* po
     if (restore(jobs, &why)) {
       int64_t bytes = 0;
       for (const PackJob& j : jobs)
-        for (const PackSlot& s : j.slots) {
-          std::vector<ArrayRef> arrays;
-          Writer unused;
-          encode_slot(s, &unused, &arrays);
-          for (const ArrayRef& a : arrays) bytes += a.count * a.elem;
-        }
+        for (const PackSlot& s : j.slots) bytes += slot_bytes(s);
       return bytes;
     }
     warn(fmt::format("ignoring {}: {}; packing anew", path_, why));

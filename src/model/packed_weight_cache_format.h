@@ -4,8 +4,8 @@
 // File layout (little-endian):
 //   "STRPACK1" | u64 meta_bytes | meta (meta_bytes) | zero padding to 4096 | data
 //   meta: key (u64 length + bytes) | u64 scanned count, each name (u64 length + bytes)
-//         | u64 slot count, each slot | u64 data_bytes | u64 chunk_bytes | u64 chunks
-//         | u64 XXH3-64 per chunk | u64 XXH3-64 of the meta before this field
+//         | u64 data_bytes | u64 chunk_bytes | u64 chunks | u64 XXH3-64 per chunk
+//         | u64 slot count, each slot | u64 XXH3-64 of the meta before this field
 //   slot: u8 tag (0 empty, 1 linear, 2 seq); linear: fp8 (n, k, block_k), fp4 (n, k), seq
 //         (n, k, u8 bf16), then its 9 arrays: fp8 codes, scales, scales_e8m0,
 //         subnormal_blocks, fp4 codes, scales, scales_e8m0, seq data16, data32; seq: n, k,
@@ -25,7 +25,7 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'P', 'A', 'C', 'K', '1'};
 constexpr int64_t kChunkBytes = int64_t{64} << 20;
 constexpr int64_t kDataAlign = 4096;
 constexpr int64_t kArrayAlign = 64;
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
 // "[load] packed-weight cache: <msg>" on stderr.
 void warn(const std::string& msg);
@@ -124,6 +124,14 @@ inline void encode_slot(const PackSlot& s, Writer* m, std::vector<ArrayRef>* arr
   m->u8(2);
   encode_seq_header(*w, m);
   arrays_of(*w, arrays);
+}
+
+// The packed bytes a filled slot holds (0 when empty).
+inline int64_t slot_bytes(const PackSlot& s) {
+  if (auto* lin = std::get_if<std::shared_ptr<const V41PackedLinear>*>(&s.slot))
+    return **lin ? (**lin)->bytes() : 0;
+  const auto* seq = std::get<std::shared_ptr<const kernels::PackedSeqWeight>*>(s.slot);
+  return *seq ? (*seq)->bytes() : 0;
 }
 
 }  // namespace strata::pwc

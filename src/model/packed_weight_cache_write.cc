@@ -49,12 +49,14 @@ void remove_orphaned_temporaries(const std::string& path) {
 
 Status PackedWeightCache::store(const std::vector<std::string>& scanned) {
   // Lay the arrays out, then the header, then stream the data.
-  Writer slots;
+  std::vector<std::string> heads;  // per slot: its tag and scalars
   std::vector<ArrayRef> arrays;
   std::vector<std::pair<size_t, size_t>> slot_arrays;  // [begin, end) into `arrays` per slot
   for (const PackSlot& s : pending_) {
+    Writer head;
     const size_t a0 = arrays.size();
-    encode_slot(s, &slots, &arrays);
+    encode_slot(s, &head, &arrays);
+    heads.push_back(std::move(head.out));
     slot_arrays.emplace_back(a0, arrays.size());
   }
   std::vector<int64_t> offsets(arrays.size());
@@ -63,28 +65,24 @@ Status PackedWeightCache::store(const std::vector<std::string>& scanned) {
     offsets[i] = align_up(data_bytes, kArrayAlign);
     data_bytes = offsets[i] + arrays[i].count * arrays[i].elem;
   }
-  // The slot records carry each array's (offset, count) after its scalars: re-encode with them.
+  const int64_t nchunks = (data_bytes + kChunkBytes - 1) / kChunkBytes;
   Writer meta;
   meta.str(key_);
   meta.u64(scanned.size());
   for (const std::string& n : scanned) meta.str(n);
+  meta.u64(data_bytes);
+  meta.u64(kChunkBytes);
+  meta.u64(nchunks);
+  const size_t sums_at = meta.out.size();
+  for (int64_t i = 0; i < nchunks; ++i) meta.u64(0);  // filled in as the data is written
   meta.u64(pending_.size());
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Writer one;
-    std::vector<ArrayRef> ignored;
-    encode_slot(pending_[i], &one, &ignored);
-    meta.out += one.out;
+  for (size_t i = 0; i < pending_.size(); ++i) {  // each slot: its head, its arrays' places
+    meta.out += heads[i];
     for (size_t a = slot_arrays[i].first; a < slot_arrays[i].second; ++a) {
       meta.u64(offsets[a]);
       meta.u64(arrays[a].count);
     }
   }
-  const int64_t nchunks = (data_bytes + kChunkBytes - 1) / kChunkBytes;
-  meta.u64(data_bytes);
-  meta.u64(kChunkBytes);
-  meta.u64(nchunks);
-  const size_t sums_at = meta.out.size();
-  for (int64_t i = 0; i < nchunks; ++i) meta.u64(0);
   meta.u64(0);  // the meta checksum
   const int64_t data_off = align_up(16 + static_cast<int64_t>(meta.out.size()), kDataAlign);
   const int64_t file_bytes = data_off + data_bytes;
