@@ -22,6 +22,7 @@
 //     V41ForwardOptions::decode_step). Top-k with torch's tie order either way.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -177,10 +178,38 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       if (cols.empty()) return;
     }
     const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
-    std::vector<float> tmp(dcp ? nc : 0);
+    std::vector<float> tmp(dcp || cand ? nc : 0);
+    std::vector<const uint8_t*> ckp;
+    std::vector<int64_t> ccol;
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
       float* score = &scores[i * clen];
+      if (!dcp && cand) {
+        // Only the candidate source's blocks are scored; every other column is -inf, as the
+        // reference's mask makes it (a key's score depends on that key alone: same row).
+        const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
+        const uint8_t* cm = &(*cand)[i * clen + g0];
+        ckp.clear();
+        ccol.clear();
+        for (int64_t j = 0; j < e; ++j) {
+          if (j + 8 <= e) {  // skip 8 non-candidates at a time
+            uint64_t eight;
+            std::memcpy(&eight, cm + j, 8);
+            if (eight == 0) {
+              j += 7;
+              continue;
+            }
+          }
+          if (!cm[j]) continue;
+          ckp.push_back(kp[j]);
+          ccol.push_back(g0 + j);
+        }
+        std::fill(score + g0, score + g1, kNegInf);
+        const int64_t nk = static_cast<int64_t>(ckp.size());
+        if (nk > 0) v41::index_scores_fp4(qf[i], ckp.data(), nk, &w[i * ih], tmp.data());
+        for (int64_t j = 0; j < nk; ++j) score[ccol[j]] = tmp[j];
+        continue;
+      }
       if (!dcp) {  // columns g0 + j: the first e are visible, written in place
         const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
         if (e > 0) {
@@ -219,7 +248,11 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       // position is pinned; keep the top blocks that are not -inf.
       const int64_t nblk = (rl + bs - 1) / bs;
       std::vector<float> bscore(nblk, kNegInf);
-      for (int64_t g = 0; g < rl; ++g) bscore[g / bs] = std::max(bscore[g / bs], score[g]);
+      for (int64_t b = 0; b < nblk; ++b) {
+        float mx = kNegInf;
+        for (int64_t g = b * bs; g < std::min(rl, (b + 1) * bs); ++g) mx = std::max(mx, score[g]);
+        bscore[b] = mx;
+      }
       const int64_t last = vis > 0 ? (vis - 1) / bs : -1;
       if (last >= 0 && last < nblk) bscore[last] = kPosInf;
       std::vector<int32_t> top = topk_ascending(
@@ -229,7 +262,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
         if (!(bscore[b] > kNegInf)) continue;
         for (int64_t g = b * bs; g < std::min(rl, (b + 1) * bs); ++g) cm[g] = 1;
       }
-    } else if (cand) {
+    } else if (cand && dcp) {  // (without DCP only the candidates were scored)
       const uint8_t* cm = &(*cand)[i * clen];
       for (int64_t g = 0; g < rl; ++g)
         if (!cm[g]) score[g] = kNegInf;

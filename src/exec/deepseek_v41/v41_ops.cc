@@ -469,26 +469,6 @@ float torch_sum(const float* x, int64_t n) {
   return fin;
 }
 
-std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted) {
-  k = std::min(k, n);
-  std::vector<int32_t> out;
-  if (k <= 0) return out;
-  std::vector<std::pair<float, int64_t>> q(n);
-  for (int64_t j = 0; j < n; ++j) q[j] = {v[j], j};
-  auto cmp = [](const std::pair<float, int64_t>& x, const std::pair<float, int64_t>& y) {
-    return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
-  };
-  if (k * 64 <= n) {
-    std::partial_sort(q.begin(), q.begin() + k, q.end(), cmp);
-  } else {
-    std::nth_element(q.begin(), q.begin() + k - 1, q.end(), cmp);
-    if (sorted) std::sort(q.begin(), q.begin() + k - 1, cmp);
-  }
-  out.reserve(k);
-  for (int64_t j = 0; j < k; ++j) out.push_back(static_cast<int32_t>(q[j].second));
-  return out;
-}
-
 namespace {
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_* use.
 #pragma GCC diagnostic push

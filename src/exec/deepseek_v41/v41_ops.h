@@ -107,7 +107,11 @@ int torch_sum_lanes();
 // in index order, then std::partial_sort when k*64 <= n, else std::nth_element at k-1
 // (+ std::sort of the first k-1 when `sorted`), comparator `a.value > b.value` only
 // (aten/src/ATen/native/cpu/SortingKernel.cpp topk_impl_loop). Returns the k indices in the
-// resulting queue order.
+// resulting queue order. The partial_sort case scans the row with a vector compare against
+// the heap's current worst entry and runs libstdc++'s heap steps only for the entries that
+// replace it (same heap operations in the same order, hence the same result: v41_topk_test
+// compares with std::partial_sort on rows full of ties, -inf and NaN). Thread safety: pure.
+// (v41_topk.cc)
 std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted);
 
 // RMSNorm: y = bf16(w * (x * rsqrt(mean(x^2) + eps))), per row of n. w BF16 [n] (or null).
@@ -197,9 +201,11 @@ void index_dots_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t 
 }
 // The indexer's key scores straight from the codes: index_weighted_scores(index_dots_fp4(...))
 // for keys[0 .. n_keys), w [n_heads] (bf16 values), score [n_keys] -- the same bits. On CPUs
-// with AVX-512 VNNI (AVX-512 on, d = 64 or 128, >= 8 heads) 16 keys run at once: key bytes transposed
-// to lanes, products by VPDPBUSD (exact integer block sums), the f64 block order and the
-// weighting per lane as the reference (v41_ops_test compares bit patterns). Thread safety: pure.
+// with AVX-512 VNNI (AVX-512 on, d = 64 or 128) 16 keys run at once: key bytes transposed to
+// lanes, products by VPDPBUSD (exact integer block sums), then per lane the reference's f64
+// block order -- or, for d = 64 where both block products are normal f32 values, one f32 FMA
+// of the two exact products, which rounds to the same f32 (v41_index_vnni.cc) -- and the
+// weighting as the reference (v41_ops_test compares bit patterns). Thread safety: pure.
 void index_scores_fp4(const IndexQueryFp4& q, const uint8_t* const* keys, int64_t n_keys,
                       const float* w, float* score);
 

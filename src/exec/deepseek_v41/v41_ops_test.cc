@@ -167,42 +167,53 @@ TEST(V41Ops, IndexDotsFp4MatchReferenceAndTheF64Chain) {
 
 // index_scores_fp4 (fused; 16 keys per AVX-512 VNNI pass where the CPU has it) against the
 // reference dots then the reference weighting, bit for bit: quantized rows and random bytes
-// (a NaN key scale, a 2^-127 query block), null keys, key counts around 16, negative and zero
-// head weights, every ISA path this machine has.
+// (a NaN key scale, a 2^-127 query block), scales at the edges of the f32 path (and past
+// them: products that leave f32's normal range), null keys, key counts around 16, negative,
+// zero and non-finite head weights, every ISA path this machine has.
 TEST(V41Ops, IndexScoresFp4MatchDotsThenWeighting) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
   const bool vnni = __builtin_cpu_supports("avx512vnni") && kernels::cpu_has_avx512();
   if (!vnni) std::printf("note: no AVX-512 VNNI here; the 16-key path is not exercised\n");
+  int64_t positive_total = 0, keys_total = 0;  // the scores are not all zero or NaN
   for (int64_t d : {64, 128, 96}) {
     for (int64_t nh : {4, 8, 64, 3}) {
-      for (int pass = 0; pass < 2; ++pass) {
-        for (int64_t nk : {1, 15, 16, 17, 37, 50}) {
+      for (int pass = 0; pass < 4; ++pass) {
+        for (int64_t nk : {1, 15, 16, 17, 37, 50, 160}) {
           std::vector<float> q(nh * d);
           for (auto& v : q) v = nd(rng) * (1.0f + static_cast<float>(rng() % 4));
           for (int64_t h = 0; h < nh; ++h) quant::fp4_ue8m0_qdq(&q[h * d], static_cast<int>(d), 32);
           IndexQueryFp4 iq;
           iq.set(q.data(), nh, d);
           if (pass == 1) iq.scales[rng() % iq.scales.size()] = 0;  // a 2^-127 block
+          // pass 2: the query's scales at 2^-2 or 2^124 and each 16 keys' scales at one value of
+          // kEdge (the edges of the 16-key f32 path's range, NaN, 2^-127, 2^127); pass 3: a
+          // non-finite head weight.
+          const uint8_t kEdge[] = {0, 1, 2, 3, 4, 5, 127, 240, 241, 242, 243, 244, 245, 254, 255};
+          if (pass == 2) std::fill(iq.scales.begin(), iq.scales.end(), nk % 2 ? 127 : 253);
           const int64_t rb = d / 2 + d / 32;
           std::vector<uint8_t> rows(nk * rb);
           for (int64_t r = 0; r < nk; ++r) {
             uint8_t* row = &rows[r * rb];
-            if (pass == 0) {
+            if (pass == 0 || pass == 3) {
               std::vector<float> kf(d);
               for (auto& v : kf) v = nd(rng) * 3.0f;
               quant::fp4_ue8m0_quantize(kf.data(), static_cast<int>(d), 32, row, row + d / 2);
             } else {
               for (int64_t j = 0; j < d / 2; ++j) row[j] = static_cast<uint8_t>(rng());
               for (int64_t j = d / 2; j < rb; ++j) row[j] = static_cast<uint8_t>(100 + rng() % 50);
-              if (r == nk / 2) row[d / 2] = 255;  // a NaN block scale
+              if (pass == 1 && r == nk / 2) row[d / 2] = 255;  // a NaN block scale
+              for (int64_t b = 0; pass == 2 && b < d / 32; ++b)
+                row[d / 2 + b] = kEdge[(r / 16 + 4 * b) % std::size(kEdge)];
             }
           }
           std::vector<const uint8_t*> kp(nk);
-          for (int64_t r = 0; r < nk; ++r) kp[r] = r % 7 == 3 ? nullptr : &rows[r * rb];
+          for (int64_t r = 0; r < nk; ++r)  // (pass 2: whole groups at one scale, no null key)
+            kp[r] = r % 7 == 3 && pass != 2 ? nullptr : &rows[r * rb];
           std::vector<float> w(nh);
           for (auto& v : w) v = round_to_bf16(nd(rng));
           w[0] = 0.0f;
+          if (pass == 3) w[nh - 1] = nk % 2 ? std::numeric_limits<float>::infinity() : NAN;
           std::vector<double> dots(nk * nh);
           std::vector<float> want(nk), got(nk);
           ref::index_dots_fp4(iq, kp.data(), nk, dots.data());
@@ -221,13 +232,13 @@ TEST(V41Ops, IndexScoresFp4MatchDotsThenWeighting) {
           }
           kernels::set_avx512_enabled(old512);
           kernels::force_isa(old);
-          if (pass == 0 && nk >= 16 && nh >= 4) {
-            EXPECT_GT(positive, 0);
-          }
+          positive_total += positive;
+          keys_total += nk;
         }
       }
     }
   }
+  EXPECT_GT(positive_total, keys_total / 4);
 }
 
 TEST(V41Ops, IndexDotsKeysMatchOneKeyCalls) {
