@@ -9,7 +9,8 @@
 //   Engram history = 3 x int32 = 12 B
 // Layout of the tiny model (its config.json): 12 layers, window 16, ratios 0,0,2,2,2,2,1x6,
 // index sources 2,4 (m=2) and 6,8,10 (m=1), index_topk 8, 8 experts with 2 active, Engram
-// before layers 1 and 4 with (4-1)*2 = 6 table rows read per layer.
+// before layers 1 and 4 with (4-1)*2 = 6 table rows read per layer. Layer 6 is the candidate
+// source: layers 8 and 10 read only its candidate blocks' keys, at most 6 blocks x 4 = 24.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -79,7 +80,7 @@ int64_t expected_state_bytes(int64_t len) {
   const int64_t vis2 = (len + 1) / 2, vis1 = len + 1;
   const int64_t compressed =
       4 * std::min<int64_t>(8, vis2) * 36 + 6 * std::min<int64_t>(8, vis1) * 36;
-  const int64_t keys = 2 * vis2 * 34 + 3 * vis1 * 34;
+  const int64_t keys = 2 * vis2 * 34 + vis1 * 34 + 2 * std::min<int64_t>(24, vis1) * 34;
   const int64_t fixed = 2 * 1024 + 12;
   return window + compressed + keys + fixed;
 }
@@ -102,7 +103,7 @@ TEST(V41DecodeBytes, MatchesHeaderSumsAndHandCountedState) {
   }
   // Hand-worked totals for two lengths (state part only), as a check on the formula above.
   EXPECT_EQ(expected_state_bytes(5), 5 * 66 * 12 + (4 * 3 + 6 * 6) * 36 + (2 * 3 + 3 * 6) * 34 + 2060);
-  EXPECT_EQ(expected_state_bytes(100), 11880 + 2880 + 3400 + 10302 + 2060);
+  EXPECT_EQ(expected_state_bytes(100), 11880 + 2880 + 3400 + 3434 + 1632 + 2060);
 }
 
 }  // namespace

@@ -24,8 +24,10 @@
 //                  fresh row, computed in registers, not read)
 //   compressed KV: per layer with ratio m > 0, the rows its top-k selects:
 //                  min(index_topk, floor((len + 1) / m))
-//   index keys:    per index-source layer, every visible key: floor((len + 1) / m) rows
-//                  (the reference scores the whole row before the candidate mask)
+//   index keys:    per index-source layer, every visible key: floor((len + 1) / m) rows;
+//                  after the candidate source only its candidate blocks' keys, at most
+//                  candidate_topk_blocks x candidate_block_size rows (the reference scores
+//                  the whole row, then masks it; Strata scores the candidates only)
 //   fixed state:   compressor tails (ratio-2 kv sources) and the Engram history, whole
 // Not counted: activations, per-step scratch, the top-k / candidate transients, state writes.
 #include <algorithm>
@@ -98,7 +100,11 @@ int64_t DeepseekV41Runner::decode_bytes_read(int64_t len) const {
       const int64_t visible = (len + 1) / ls.ratio;
       b += std::min<int64_t>(c.index_topk, visible) *
            row_bytes(g.owner_read_by(l, StateKind::kCompressedKv));
-      if (ls.has_indexer) b += visible * row_bytes(g.owner_read_by(l, StateKind::kIndexKeys));
+      const int64_t keys =
+          ls.uses_candidates
+              ? std::min<int64_t>(visible, int64_t{c.candidate_topk_blocks} * c.candidate_block_size)
+              : visible;
+      if (ls.has_indexer) b += keys * row_bytes(g.owner_read_by(l, StateKind::kIndexKeys));
     }
   }
   for (const StateOwnerInfo& o : g.owners()) {

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <span>
 
 #include "base/check.h"
 #include "base/phase_profile.h"
@@ -157,15 +158,72 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   // (v41::index_dots_fp4: exact integer block sums, blocks added in f64).
   std::vector<v41::IndexQueryFp4> qf(S);
   for (int64_t i = 0; i < S; ++i) qf[i].set(&q[i * ih * id], ih, id);
+  auto capture_routes = [&] {
+    if (!c.routes) return;
+    const auto& isl = config_.index_source_layers;
+    const int slot = static_cast<int>(std::find(isl.begin(), isl.end(), L) - isl.begin());
+    c.routes->index[slot] = out.rows;
+  };
+  DcpComm* const dcp = dcp_comm_.get();
+  if (cand != nullptr && dcp == nullptr) {
+    // After the candidate source (without DCP): only the candidate blocks' keys are scored.
+    // The reference's mask makes every other score -inf (and a key's score depends on that
+    // key alone), so torch_topk_sparse selects from that row without building it.
+    profile::PhaseScope phase("indexer: candidates");
+    std::vector<int32_t> idx;
+    std::vector<float> val;
+    std::vector<const uint8_t*> kp;
+    std::vector<std::vector<uint8_t>> scratch;  // one per run: kp may point into each
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t rl = row_len(i), vis = std::min((c.s0 + i + 1) / m, rl);
+      if (rl == 0) continue;  // (canonical) the decode call at p skips the indexer
+      const uint8_t* cm = &(*cand)[i * clen];
+      idx.clear();
+      kp.clear();
+      scratch.clear();
+      for (int64_t g = 0; g < vis; ++g) {
+        uint64_t eight = 1;
+        if (g + 8 <= vis) std::memcpy(&eight, cm + g, 8);
+        if (eight == 0) {  // 8 non-candidates
+          g += 7;
+          continue;
+        }
+        if (!cm[g]) continue;
+        int64_t e = g + 1;  // the run of candidates [g, e)
+        while (e < vis && cm[e]) ++e;
+        const size_t at = kp.size();
+        kp.resize(at + (e - g), nullptr);  // keys not written yet score as zeros
+        scratch.emplace_back();
+        c.seq->index_key_codes(kowner, g, std::clamp<int64_t>(nkeys - g, 0, e - g),
+                               &scratch.back(), kp.data() + at);
+        for (int64_t t = g; t < e; ++t) idx.push_back(static_cast<int32_t>(t));
+        g = e - 1;
+      }
+      const int64_t nc = static_cast<int64_t>(idx.size());
+      val.resize(nc);
+      if (nc > 0) v41::index_scores_fp4(qf[i], kp.data(), nc, &w[i * ih], val.data());
+      std::vector<int32_t> sel =
+          v41::torch_topk_sparse(rl, idx.data(), val.data(), nc, out.width_of(i), false);
+      std::sort(sel.begin(), sel.end());
+      for (int32_t g : sel)
+        if (g < vis) out.rows[i].push_back(g);
+    }
+    capture_routes();
+    return;
+  }
   // scores [S][clen]: every (token, key) score is independent of the others, so key ranges
   // run in parallel (reading and decoding their own keys) with the same bits at any split.
-  std::vector<float> scores(S * clen);
-  DcpComm* const dcp = dcp_comm_.get();
+  // Every element of scores is written below (a score or -inf) before any is read.
+  thread_local Scratch<float> s_scores;
+  float* const scores_p = s_scores.get(S * clen);
   auto score_keys = [&](int64_t g0, int64_t g1) {
     const int64_t nk = std::max<int64_t>(0, std::min(g1, nkeys) - g0);
     std::vector<uint8_t> scratch;
-    std::vector<const uint8_t*> kp(g1 - g0, nullptr);
-    c.seq->index_key_codes(kowner, g0, nk, &scratch, kp.data());
+    thread_local Scratch<const uint8_t*> s_kp;
+    const uint8_t** const kpp = s_kp.get(g1 - g0);
+    c.seq->index_key_codes(kowner, g0, nk, &scratch, kpp);
+    std::fill(kpp + nk, kpp + (g1 - g0), nullptr);  // keys not written yet score as zeros
+    const std::span<const uint8_t*> kp(kpp, g1 - g0);
     // The keys scored here: all of [g0, g1), or under DCP the ones this rank owns (`cols`,
     // ascending, their key pointers moved to the front of kp; the other columns come from
     // their owners, exchange_owned_columns below). A rank reads only keys it wrote.
@@ -178,38 +236,10 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
       if (cols.empty()) return;
     }
     const int64_t nc = dcp ? static_cast<int64_t>(cols.size()) : g1 - g0;
-    std::vector<float> tmp(dcp || cand ? nc : 0);
-    std::vector<const uint8_t*> ckp;
-    std::vector<int64_t> ccol;
+    std::vector<float> tmp(dcp ? nc : 0);
     for (int64_t i = 0; i < S; ++i) {
       const int64_t vis = (c.s0 + i + 1) / m;
-      float* score = &scores[i * clen];
-      if (!dcp && cand) {
-        // Only the candidate source's blocks are scored; every other column is -inf, as the
-        // reference's mask makes it (a key's score depends on that key alone: same row).
-        const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
-        const uint8_t* cm = &(*cand)[i * clen + g0];
-        ckp.clear();
-        ccol.clear();
-        for (int64_t j = 0; j < e; ++j) {
-          if (j + 8 <= e) {  // skip 8 non-candidates at a time
-            uint64_t eight;
-            std::memcpy(&eight, cm + j, 8);
-            if (eight == 0) {
-              j += 7;
-              continue;
-            }
-          }
-          if (!cm[j]) continue;
-          ckp.push_back(kp[j]);
-          ccol.push_back(g0 + j);
-        }
-        std::fill(score + g0, score + g1, kNegInf);
-        const int64_t nk = static_cast<int64_t>(ckp.size());
-        if (nk > 0) v41::index_scores_fp4(qf[i], ckp.data(), nk, &w[i * ih], tmp.data());
-        for (int64_t j = 0; j < nk; ++j) score[ccol[j]] = tmp[j];
-        continue;
-      }
+      float* score = scores_p + i * clen;
       if (!dcp) {  // columns g0 + j: the first e are visible, written in place
         const int64_t e = std::clamp<int64_t>(vis - g0, 0, nc);
         if (e > 0) {
@@ -228,20 +258,25 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
   };
   // At least 64 keys per range (x S tokens x heads x dims: >= ~130K multiply-adds, a few us):
   // below that a dispatch costs more than it saves.
+  // Each range in pieces of at most 2,048 keys: their pointer array stays in L1 (a decode
+  // token at 16K context otherwise streams 128 KB of pointers per layer through the cache).
+  auto score_range = [&](int64_t g0, int64_t g1) {
+    for (int64_t a = g0; a < g1; a += 2048) score_keys(a, std::min(g1, a + 2048));
+  };
   if (profile::PhaseScope phase("indexer: scores"); pool_ != nullptr) {
-    pool_->parallel_for(clen, score_keys, 64);
+    pool_->parallel_for(clen, score_range, 64);
   } else {
-    score_keys(0, clen);
+    score_range(0, clen);
   }
   if (dcp) {
     profile::PhaseScope phase("indexer: DCP score exchange");
-    exchange_owned_columns(*dcp, scores.data(), S, clen, clen);
+    exchange_owned_columns(*dcp, scores_p, S, clen, clen);
   }
   profile::PhaseScope topk_phase("indexer: top-k");
   for (int64_t i = 0; i < S; ++i) {
     const int64_t vis = (c.s0 + i + 1) / m;
     const int64_t rl = row_len(i);
-    float* score = &scores[i * clen];
+    float* score = scores_p + i * clen;
     if (rl == 0) continue;  // (canonical) the decode call at p skips the indexer
     if (cand_src) {
       // Level one: block score = max over the block; the block holding the newest visible
@@ -262,7 +297,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
         if (!(bscore[b] > kNegInf)) continue;
         for (int64_t g = b * bs; g < std::min(rl, (b + 1) * bs); ++g) cm[g] = 1;
       }
-    } else if (cand && dcp) {  // (without DCP only the candidates were scored)
+    } else if (cand) {  // (DCP: without it the candidate path above returned)
       const uint8_t* cm = &(*cand)[i * clen];
       for (int64_t g = 0; g < rl; ++g)
         if (!cm[g]) score[g] = kNegInf;
@@ -272,11 +307,7 @@ void DeepseekV41Model::indexer(int L, const float* x, float* q, Ctx& c) const {
     for (int32_t g : sel)
       if (g < vis) row.push_back(g);
   }
-  if (c.routes) {
-    const auto& isl = config_.index_source_layers;
-    const int slot = static_cast<int>(std::find(isl.begin(), isl.end(), L) - isl.begin());
-    c.routes->index[slot] = out.rows;
-  }
+  capture_routes();
 }
 
 void DeepseekV41Model::attention(int L, const float* x, Ctx& c, float* out) const {

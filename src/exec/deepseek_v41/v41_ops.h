@@ -113,6 +113,12 @@ int torch_sum_lanes();
 // compares with std::partial_sort on rows full of ties, -inf and NaN). Thread safety: pure.
 // (v41_topk.cc)
 std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted);
+// torch_topk of the row of n entries that are -inf except v[idx[j]] = val[j] for j < m (idx
+// ascending, < n) -- the indexer's row masked to its candidates -- without building the row
+// when k * 64 <= n (an -inf entry past the first k never enters the heap). Same result as
+// torch_topk on that row (v41_topk_test). Thread safety: pure. (v41_topk.cc)
+std::vector<int32_t> torch_topk_sparse(int64_t n, const int32_t* idx, const float* val, int64_t m,
+                                       int64_t k, bool sorted);
 
 // RMSNorm: y = bf16(w * (x * rsqrt(mean(x^2) + eps))), per row of n. w BF16 [n] (or null).
 void rms_norm(const float* x, int64_t rows, int64_t n, const TensorView* w, double eps, float* y);

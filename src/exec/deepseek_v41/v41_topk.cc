@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "exec/deepseek_v41/v41_ops.h"
@@ -95,6 +96,30 @@ std::vector<int32_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorte
   }
   out.reserve(k);
   for (int64_t j = 0; j < k; ++j) out.push_back(static_cast<int32_t>(q[j].second));
+  return out;
+}
+
+std::vector<int32_t> torch_topk_sparse(int64_t n, const int32_t* idx, const float* val, int64_t m,
+                                       int64_t k, bool sorted) {
+  k = std::min(k, n);
+  if (k <= 0) return {};
+  if (k * 64 > n) {  // nth_element reads every entry: the dense row
+    std::vector<float> row(n, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < m; ++j) row[idx[j]] = val[j];
+    return torch_topk(row.data(), n, k, sorted);
+  }
+  // The heap select of torch_topk: the first k entries (-inf where none is listed), then the
+  // listed entries past them in index order; an unlisted (-inf) entry never beats the top.
+  std::vector<Entry> q(k + 1);
+  for (int64_t j = 0; j < k; ++j) q[j] = {-std::numeric_limits<float>::infinity(), j};
+  int64_t j = 0;
+  for (; j < m && idx[j] < k; ++j) q[idx[j]].first = val[j];
+  std::make_heap(q.begin(), q.begin() + k, better);
+  for (; j < m; ++j) offer(q, k, val[j], idx[j]);
+  std::sort_heap(q.begin(), q.begin() + k, better);
+  std::vector<int32_t> out;
+  out.reserve(k);
+  for (int64_t t = 0; t < k; ++t) out.push_back(static_cast<int32_t>(q[t].second));
   return out;
 }
 

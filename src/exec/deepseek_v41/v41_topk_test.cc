@@ -91,5 +91,37 @@ TEST(V41Topk, SameOrderAsTheLibraryCallOverAllPairs) {
   EXPECT_EQ(compared, 2 * 10 * 6 * 5 * 2);
 }
 
+TEST(V41Topk, SparseRowSameAsTheDenseRow) {
+  std::mt19937 rng(12);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::uniform_int_distribution<int> small(0, 4), pct(0, 99);
+  int sparse_path = 0;
+  for (int64_t n : {1, 8, 100, 511, 512, 600, 4096, 16384}) {
+    for (int64_t k : {1, 8, 9, 64}) {
+      for (int per_mille : {0, 2, 20, 300}) {
+        std::vector<int32_t> idx;
+        std::vector<float> val, row(n, -inf);
+        for (int64_t g = 0; g < n; ++g) {
+          if (static_cast<int>(rng() % 1000) >= per_mille && !(g < 3 && per_mille == 2)) continue;
+          const int p = pct(rng);  // ties, NaN, +-inf among the listed values
+          const float v = p < 5 ? nan : p < 10 ? inf : p < 15 ? -inf : static_cast<float>(small(rng));
+          idx.push_back(static_cast<int32_t>(g));
+          val.push_back(v);
+          row[g] = v;
+        }
+        for (bool sorted : {false, true}) {
+          EXPECT_EQ(torch_topk_sparse(n, idx.data(), val.data(), static_cast<int64_t>(idx.size()),
+                                      k, sorted),
+                    torch_topk(row.data(), n, k, sorted))
+              << "n " << n << " k " << k << " listed " << idx.size() << " sorted " << sorted;
+        }
+        sparse_path += std::min(k, n) * 64 <= n;
+      }
+    }
+  }
+  EXPECT_GT(sparse_path, 20);
+}
+
 }  // namespace
 }  // namespace strata::v41
