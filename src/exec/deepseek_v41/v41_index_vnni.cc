@@ -230,13 +230,35 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void sc
       _mm_prefetch(reinterpret_cast<const char*>(keys[i]), _MM_HINT_NTA);
       _mm_prefetch(reinterpret_cast<const char*>(keys[i] + d / 2 + d / 32 - 1), _MM_HINT_NTA);
     }
-    const uint8_t* kr[16];
+    alignas(64) const uint8_t* kr[16];
     uint32_t null_mask = 0;
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t* k = i < nv ? keys[r0 + i] : nullptr;
-      if (k == nullptr) null_mask |= 1u << i;
-      kr[i] = k != nullptr ? k : zero_row;
-      for (int64_t b = 0; b < nb; ++b) kscale[b][i] = kr[i][d / 2 + b];
+    if (nv == 16) {
+      // The 16 row pointers (null -> zero_row) and their scale bytes (one dword gather: the
+      // row's last 4 bytes end with its nb scales) in vectors.
+      const __m512i zr = _mm512_set1_epi64(reinterpret_cast<int64_t>(zero_row));
+      __m512i p[2];
+      __m256i last4[2];
+      for (int half = 0; half < 2; ++half) {
+        p[half] = _mm512_loadu_si512(keys + r0 + 8 * half);
+        const __mmask8 z = _mm512_cmpeq_epi64_mask(p[half], _mm512_setzero_si512());
+        null_mask |= static_cast<uint32_t>(z) << (8 * half);
+        p[half] = _mm512_mask_mov_epi64(p[half], z, zr);
+        _mm512_store_si512(&kr[8 * half], p[half]);
+        last4[half] = _mm512_i64gather_epi32(
+            _mm512_add_epi64(p[half], _mm512_set1_epi64(d / 2 + nb - 4)), nullptr, 1);
+      }
+      const __m512i sc =
+          _mm512_inserti64x4(_mm512_castsi256_si512(last4[0]), last4[1], 1);
+      for (int64_t b = 0; b < nb; ++b)
+        _mm512_store_si512(kscale[b], _mm512_and_si512(_mm512_srli_epi32(sc, 8 * (4 - nb + b)),
+                                                       _mm512_set1_epi32(0xff)));
+    } else {
+      for (int i = 0; i < 16; ++i) {
+        const uint8_t* k = i < nv ? keys[r0 + i] : nullptr;
+        if (k == nullptr) null_mask |= 1u << i;
+        kr[i] = k != nullptr ? k : zero_row;
+        for (int64_t b = 0; b < nb; ++b) kscale[b][i] = kr[i][d / 2 + b];
+      }
     }
     const __mmask16 live = static_cast<__mmask16>((1u << nv) - 1);
     if (Q.f32_path) {
